@@ -1,0 +1,168 @@
+"""System checks for settings.CAIRNQ and the database it points at."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.checks import Error, Tags, Warning, register
+from django.utils.module_loading import import_string
+
+from .conf import DEFAULTS, DURATION_KEYS, cairnq_settings, to_ms
+
+
+@register(Tags.compatibility)
+def check_settings(app_configs=None, **kwargs):
+    errors = []
+    user = getattr(settings, "CAIRNQ", None) or {}
+    if not isinstance(user, dict):
+        return [Error("settings.CAIRNQ must be a dict.", id="cairnq.E001")]
+    for key in sorted(set(user) - set(DEFAULTS)):
+        errors.append(
+            Error(
+                f"settings.CAIRNQ has an unknown key {key!r}.",
+                hint="Known keys: " + ", ".join(sorted(DEFAULTS)) + ".",
+                id="cairnq.E002",
+            )
+        )
+    for key in sorted(DURATION_KEYS & set(user)):
+        try:
+            value = to_ms(user[key])
+        except TypeError:
+            value = -1
+        if key == "MAX_RUN" and user[key] is None:
+            continue
+        if value is None or value < 0:
+            errors.append(
+                Error(
+                    f"settings.CAIRNQ[{key!r}] must be a non-negative number of "
+                    f"milliseconds or a timedelta, not {user[key]!r}.",
+                    id="cairnq.E003",
+                )
+            )
+    errors += _check_queue_depth(user.get("MAX_QUEUE_DEPTH"))
+    errors += _check_positive_int(user, "CONCURRENCY")
+    errors += _check_positive_int(user, "SWEEP_BATCH_SIZE")
+    queues = user.get("QUEUES", DEFAULTS["QUEUES"])
+    if not isinstance(queues, (list, tuple)) or not queues or not all(
+        isinstance(q, str) and q for q in queues
+    ):
+        errors.append(
+            Error(
+                "settings.CAIRNQ['QUEUES'] must be a non-empty list of queue names.",
+                id="cairnq.E006",
+            )
+        )
+    on_error = user.get("ON_ERROR")
+    if on_error is not None:
+        try:
+            hook = import_string(on_error)
+        except ImportError as exc:
+            hook = None
+            errors.append(
+                Error(
+                    f"settings.CAIRNQ['ON_ERROR'] = {on_error!r} cannot be imported: {exc}",
+                    hint="Give the dotted path of a callable(exc, context).",
+                    id="cairnq.E007",
+                )
+            )
+        if hook is not None and not callable(hook):
+            errors.append(Error(f"{on_error!r} is not callable.", id="cairnq.E007"))
+    try:
+        from .retention import retention_config_errors
+    except ImportError:  # retention arrives in its own module
+        pass
+    else:
+        errors += [
+            Error(message, hint=hint, id="cairnq.E020")
+            for message, hint in retention_config_errors(user.get("RETENTION"))
+        ]
+    return errors
+
+
+def _check_positive_int(user, key):
+    if key in user and (
+        isinstance(user[key], bool) or not isinstance(user[key], int) or user[key] < 1
+    ):
+        return [
+            Error(
+                f"settings.CAIRNQ[{key!r}] must be a positive integer, not {user[key]!r}.",
+                id="cairnq.E005",
+            )
+        ]
+    return []
+
+
+def _check_queue_depth(limit):
+    if limit is None:
+        return []
+    limits = limit.values() if isinstance(limit, dict) else [limit]
+    if all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in limits):
+        return []
+    return [
+        Error(
+            f"settings.CAIRNQ['MAX_QUEUE_DEPTH'] = {limit!r} is invalid.",
+            hint="Use None, a positive integer, or a dict of queue name to positive integer "
+            "('*' for every other queue).",
+            id="cairnq.E004",
+        )
+    ]
+
+
+@register(Tags.database)
+def check_database(app_configs=None, databases=None, **kwargs):
+    """Check the queue's database alias and, for SQLite, its concurrency options."""
+    alias = cairnq_settings.DATABASE
+    if alias not in settings.DATABASES:
+        return [
+            Error(
+                f"settings.CAIRNQ['DATABASE'] names {alias!r}, which is not in "
+                "settings.DATABASES.",
+                id="cairnq.E010",
+            )
+        ]
+    return database_errors(alias)
+
+
+def database_errors(alias):
+    config = settings.DATABASES[alias]
+    engine = config.get("ENGINE", "")
+    if engine.endswith("postgresql"):
+        return []
+    if not engine.endswith("sqlite3"):
+        return [
+            Error(
+                f"The CairnQ database {alias!r} uses {engine!r}; cairnq_django supports "
+                "SQLite and PostgreSQL.",
+                id="cairnq.E011",
+            )
+        ]
+    errors = []
+    options = config.get("OPTIONS", {})
+    if str(options.get("transaction_mode", "")).upper() != "IMMEDIATE":
+        errors.append(
+            Error(
+                f"SQLite database {alias!r} must open write transactions with "
+                "BEGIN IMMEDIATE, or concurrent workers see 'database is locked'.",
+                hint=f"Set DATABASES[{alias!r}]['OPTIONS']['transaction_mode'] = 'IMMEDIATE'.",
+                id="cairnq.E012",
+            )
+        )
+    if "journal_mode=wal" not in str(options.get("init_command", "")).lower().replace(" ", ""):
+        errors.append(
+            Warning(
+                f"SQLite database {alias!r} does not set WAL journaling, so readers and "
+                "the writer block each other.",
+                hint=f"Set DATABASES[{alias!r}]['OPTIONS']['init_command'] = "
+                "'PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL'.",
+                id="cairnq.W013",
+            )
+        )
+    timeout = options.get("timeout", 5)
+    if not isinstance(timeout, (int, float)) or timeout < 5:
+        errors.append(
+            Warning(
+                f"SQLite database {alias!r} waits only {timeout!r} s for the write lock.",
+                hint=f"Set DATABASES[{alias!r}]['OPTIONS']['timeout'] = 20 (seconds).",
+                id="cairnq.W014",
+            )
+        )
+    return errors

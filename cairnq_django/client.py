@@ -1,0 +1,279 @@
+"""The functions application code calls: enqueue, inspect, control and wait for tasks."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from functools import partial
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.db import DEFAULT_DB_ALIAS, transaction
+from django.utils import timezone
+
+from . import waiting
+from .backpressure import wait_for_headroom
+from .conf import cairnq_settings, to_ms
+from .records import CONFLICTS, TaskRecord
+from .store import get_store
+
+
+@dataclass(frozen=True, slots=True)
+class PendingTask:
+    """What an on_commit enqueue returns: the id the task will have once written."""
+
+    id: str
+    name: str
+    queue: str
+
+
+def _delay_ms(delay: timedelta | int | float | None, run_at: datetime | None) -> int:
+    if delay is not None and run_at is not None:
+        raise ValueError("Pass either delay or run_at, not both.")
+    if run_at is not None:
+        if timezone.is_naive(run_at):
+            raise ValueError("run_at must be a timezone-aware datetime.")
+        return max(0, int((run_at - timezone.now()).total_seconds() * 1000))
+    if delay is None:
+        return 0
+    try:
+        ms = to_ms(delay)
+    except TypeError:
+        raise ValueError(
+            f"delay must be a timedelta or a number of milliseconds, not {delay!r}."
+        ) from None
+    if ms < 0:
+        raise ValueError(f"delay must not be negative, got {delay!r}.")
+    return ms
+
+
+def enqueue(
+    name: str,
+    payload: Any = None,
+    *,
+    queue: str = "default",
+    key: str | None = None,
+    conflict: str = "reuse",
+    max_attempts: int = 3,
+    priority: int = 0,
+    metadata: dict[str, Any] | None = None,
+    delay: timedelta | int | None = None,
+    run_at: datetime | None = None,
+    correlation_id: str | None = None,
+    using: str | None = None,
+    on_commit: bool | None = None,
+) -> TaskRecord | PendingTask:
+    """Queue a task named `name` with a JSON payload and return its row.
+
+    Inside `transaction.atomic()` on the queue's database the task commits or
+    rolls back with the caller's data. With `on_commit=True` (or
+    settings.CAIRNQ['ENQUEUE_ON_COMMIT']) the write waits for the caller's
+    transaction on the default database to commit, for a queue kept in a
+    separate database; a PendingTask is returned then.
+    """
+    store = get_store(using)
+    if conflict not in CONFLICTS:
+        raise ValueError(
+            f"Unknown conflict strategy {conflict!r}; use one of {', '.join(CONFLICTS)}."
+        )
+    spec = store.prepare(
+        name,
+        payload,
+        queue=queue,
+        max_attempts=max_attempts,
+        priority=priority,
+        metadata=metadata,
+        correlation_id=correlation_id,
+        delay_ms=_delay_ms(delay, run_at),
+    )
+    if on_commit is None:
+        on_commit = cairnq_settings.ENQUEUE_ON_COMMIT
+    write = partial(_write, store, spec, key, conflict)
+    if on_commit:
+        transaction.on_commit(write, using=DEFAULT_DB_ALIAS)
+        return PendingTask(id=spec["id"], name=name, queue=queue)
+    return write()
+
+
+def _write(store, spec, key, conflict) -> TaskRecord:
+    wait_for_headroom(store, spec["queue"])
+    return store.submit_prepared(spec, key=key, conflict=conflict)
+
+
+_MANY_OPTIONS = {
+    "queue", "key", "conflict", "max_attempts", "priority", "metadata", "delay", "run_at",
+    "correlation_id",
+}
+
+
+def enqueue_many(
+    tasks: Iterable[Mapping[str, Any] | tuple[str, Any]],
+    *,
+    using: str | None = None,
+) -> list[TaskRecord]:
+    """Queue many tasks in one transaction; all are validated before any is written.
+
+    Each item is a `(name, payload)` pair or a dict with `name`, `payload` and
+    any of enqueue()'s keyword options.
+    """
+    store = get_store(using)
+    specs, keys = [], []
+    for index, item in enumerate(tasks):
+        if isinstance(item, tuple):
+            item = {"name": item[0], "payload": item[1] if len(item) > 1 else None}
+        item = dict(item)
+        unknown = set(item) - _MANY_OPTIONS - {"name", "payload"}
+        if unknown or "name" not in item:
+            raise ValueError(
+                f"enqueue_many item {index} needs 'name' and takes only "
+                f"{', '.join(sorted(_MANY_OPTIONS | {'payload'}))}; got {sorted(item)}."
+            )
+        conflict = item.get("conflict", "reuse")
+        if conflict not in CONFLICTS:
+            raise ValueError(f"enqueue_many item {index}: unknown conflict {conflict!r}.")
+        specs.append(
+            store.prepare(
+                item["name"],
+                item.get("payload"),
+                queue=item.get("queue", "default"),
+                max_attempts=item.get("max_attempts", 3),
+                priority=item.get("priority", 0),
+                metadata=item.get("metadata"),
+                correlation_id=item.get("correlation_id"),
+                delay_ms=_delay_ms(item.get("delay"), item.get("run_at")),
+            )
+        )
+        keys.append((item.get("key"), conflict))
+    for queue in {spec["queue"] for spec in specs}:
+        wait_for_headroom(store, queue)
+    return store.submit_many(specs, keys=keys)
+
+
+def get(task_id: str, *, using: str | None = None) -> TaskRecord | None:
+    """Return a task by id, or None."""
+    return get_store(using).get(task_id)
+
+
+def get_by_key(key: str, *, using: str | None = None) -> TaskRecord | None:
+    """Return the task a business key currently points at, or None."""
+    return get_store(using).get_by_key(key)
+
+
+def list_tasks(*, using: str | None = None, **filters: Any) -> list[TaskRecord]:
+    """List tasks newest first, filtered by status/queue/name/root_id/correlation_id."""
+    return get_store(using).list(**filters)
+
+
+def stats(queue: str | None = None, *, using: str | None = None) -> dict[str, dict[str, int]]:
+    """Return {queue: {status: count}} with every status present."""
+    return get_store(using).stats(queue)
+
+
+def cancel(task_id: str, *, using: str | None = None) -> TaskRecord | None:
+    """Cancel a queued task, or ask a running one to stop; None if already finished."""
+    return get_store(using).cancel(task_id)
+
+
+def retry(task_id: str, *, reset_attempt: bool = False, using: str | None = None):
+    """Queue a failed or canceled task again; None if it is in another state."""
+    return get_store(using).retry(task_id, reset_attempt=reset_attempt)
+
+
+def purge(
+    *,
+    older_than: timedelta | int = 0,
+    queue: str | None = None,
+    status: str | None = None,
+    name: str | None = None,
+    limit: int = 1000,
+    using: str | None = None,
+) -> list[str]:
+    """Delete up to `limit` finished tasks older than `older_than`; return their ids."""
+    return get_store(using).purge(
+        older_than_ms=to_ms(older_than), queue=queue, status=status, name=name, limit=limit
+    )
+
+
+def wait(
+    task_id: str,
+    *,
+    timeout: float | timedelta | None = None,
+    poll_initial: int | None = None,
+    poll_max: int | None = None,
+    raise_on_failure: bool = True,
+    using: str | None = None,
+) -> TaskRecord:
+    """Block until a task finishes; raise TaskFailed/TaskCanceled/TaskTimeout as fitting.
+
+    `timeout` is seconds (or a timedelta); the poll bounds are milliseconds.
+    """
+    return waiting.wait(
+        get_store(using),
+        task_id=task_id,
+        timeout=_seconds(timeout),
+        poll_initial_ms=poll_initial,
+        poll_max_ms=poll_max,
+        raise_on_failure=raise_on_failure,
+    )
+
+
+def wait_by_key(
+    key: str,
+    *,
+    timeout: float | timedelta | None = None,
+    poll_initial: int | None = None,
+    poll_max: int | None = None,
+    raise_on_failure: bool = True,
+    using: str | None = None,
+) -> TaskRecord:
+    """Block until the task a key points at finishes (following replacements)."""
+    return waiting.wait(
+        get_store(using),
+        key=key,
+        timeout=_seconds(timeout),
+        poll_initial_ms=poll_initial,
+        poll_max_ms=poll_max,
+        raise_on_failure=raise_on_failure,
+    )
+
+
+def call(
+    name: str,
+    payload: Any = None,
+    *,
+    timeout: float | timedelta | None = None,
+    poll_initial: int | None = None,
+    poll_max: int | None = None,
+    using: str | None = None,
+    **options: Any,
+) -> Any:
+    """Enqueue a task, wait for it, and return its result."""
+    waiting._refuse_inside_transaction(get_store(using).using)
+    task = enqueue(name, payload, using=using, on_commit=False, **options)
+    done = wait(
+        task.id, timeout=timeout, poll_initial=poll_initial, poll_max=poll_max, using=using
+    )
+    return done.result
+
+
+def _seconds(timeout: float | timedelta | None) -> float | None:
+    if isinstance(timeout, timedelta):
+        return timeout.total_seconds()
+    return timeout
+
+
+aenqueue = sync_to_async(enqueue)
+aenqueue_many = sync_to_async(enqueue_many)
+aget = sync_to_async(get)
+aget_by_key = sync_to_async(get_by_key)
+alist_tasks = sync_to_async(list_tasks)
+astats = sync_to_async(stats)
+acancel = sync_to_async(cancel)
+aretry = sync_to_async(retry)
+apurge = sync_to_async(purge)
+# Waiting sleeps; running it outside the thread-sensitive executor keeps one
+# slow wait from serializing every other ORM call of the event loop.
+await_task = sync_to_async(wait, thread_sensitive=False)
+await_task_by_key = sync_to_async(wait_by_key, thread_sensitive=False)
+acall = sync_to_async(call, thread_sensitive=False)

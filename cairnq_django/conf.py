@@ -1,0 +1,99 @@
+"""The one place settings.CAIRNQ is read, with its defaults.
+
+Values are read on every access (not cached) so `override_settings` in tests
+and per-deployment settings modules behave as Django users expect. Durations
+accept a `timedelta` or a number of milliseconds.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings as django_settings
+
+DEFAULTS: dict[str, Any] = {
+    # Alias of the database holding the CairnQ tables.
+    "DATABASE": "default",
+    # Per-queue backpressure: None (off), an int for every queue, or {queue: int}.
+    "MAX_QUEUE_DEPTH": None,
+    # How long enqueue waits for headroom before raising QueueFull.
+    "MAX_QUEUE_WAIT": 5_000,
+    # Defer enqueue until the caller's transaction on the *default* alias
+    # commits; for a queue that lives in a separate database.
+    "ENQUEUE_ON_COMMIT": False,
+    # wait()/call() polling: first interval, growth factor, ceiling.
+    "WAIT_POLL_INITIAL": 100,
+    "WAIT_POLL_MAX": 500,
+    # Worker defaults (each has a command-line flag).
+    "QUEUES": ["default"],
+    "CONCURRENCY": 8,
+    "LEASE": 30_000,
+    "POLL_INTERVAL": 1_000,
+    "MAX_RUN": None,
+    "SHUTDOWN_TIMEOUT": 30_000,
+    "RETRY_BACKOFF_BASE": 1_000,
+    "RETRY_BACKOFF_CAP": 30_000,
+    # Dotted path to a callable(exc, context_dict) for errors the worker survives.
+    "ON_ERROR": None,
+    # Retention: None (never sweep), a cutoff for every terminal status,
+    # {status: cutoff}, or a list of rule dicts (queue/status/name/older_than).
+    "RETENTION": None,
+    "SWEEP_INTERVAL": 60_000,
+    "SWEEP_BATCH_SIZE": 1_000,
+    "SWEEP_PAUSE": 50,
+}
+
+DURATION_KEYS = {
+    "MAX_QUEUE_WAIT",
+    "WAIT_POLL_INITIAL",
+    "WAIT_POLL_MAX",
+    "LEASE",
+    "POLL_INTERVAL",
+    "MAX_RUN",
+    "SHUTDOWN_TIMEOUT",
+    "RETRY_BACKOFF_BASE",
+    "RETRY_BACKOFF_CAP",
+    "SWEEP_INTERVAL",
+    "SWEEP_PAUSE",
+}
+
+
+def to_ms(value: Any) -> int | None:
+    """Return a duration (timedelta or number of ms) as integer milliseconds."""
+    if value is None:
+        return None
+    if isinstance(value, timedelta):
+        return int(value.total_seconds() * 1000)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"Expected a timedelta or a number of milliseconds, got {value!r}.")
+    return int(value)
+
+
+class CairnQSettings:
+    """Attribute access to settings.CAIRNQ merged over DEFAULTS."""
+
+    def user_settings(self) -> dict[str, Any]:
+        return getattr(django_settings, "CAIRNQ", None) or {}
+
+    def raw(self, name: str) -> Any:
+        if name not in DEFAULTS:
+            raise AttributeError(f"Unknown CairnQ setting {name!r}.")
+        return self.user_settings().get(name, DEFAULTS[name])
+
+    def __getattr__(self, name: str) -> Any:
+        if not name.isupper():
+            raise AttributeError(name)
+        value = self.raw(name)
+        if name in DURATION_KEYS:
+            return to_ms(value)
+        return value
+
+    def max_queue_depth(self, queue: str) -> int | None:
+        limit = self.raw("MAX_QUEUE_DEPTH")
+        if isinstance(limit, dict):
+            return limit.get(queue, limit.get("*"))
+        return limit
+
+
+cairnq_settings = CairnQSettings()

@@ -1,0 +1,120 @@
+"""The exceptions cairnq_django raises, named as the CairnQ protocol names them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class CairnQError(Exception):
+    """Base class of every error this package raises on purpose."""
+
+
+class AlreadyExists(CairnQError):
+    """A keyed submit with conflict="reject" found the key already taken."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(f"A task with key {key!r} already exists.")
+        self.key = key
+
+
+class LostLease(CairnQError):
+    """A worker write found the task no longer held by this worker's lease."""
+
+    def __init__(self, task_id: str) -> None:
+        super().__init__(
+            f"Task {task_id} is no longer held by this worker: its lease expired, "
+            "it was recovered by another worker, or it already finished."
+        )
+        self.task_id = task_id
+
+
+class SerializationError(CairnQError, ValueError):
+    """A value cannot cross the protocol boundary as strict JSON."""
+
+
+class QueueFull(CairnQError):
+    """The queue stayed at its configured depth limit for the whole wait."""
+
+    def __init__(self, queue: str, max_depth: int, waited_ms: int) -> None:
+        super().__init__(
+            f"Queue {queue!r} held {max_depth} queued tasks (MAX_QUEUE_DEPTH) for "
+            f"{waited_ms} ms; the task was not enqueued. Add workers, raise the limit, "
+            "or retry later."
+        )
+        self.queue = queue
+        self.max_depth = max_depth
+        self.waited_ms = waited_ms
+
+
+class TaskTimeout(CairnQError, TimeoutError):
+    """wait()/call() gave up; the task itself keeps going."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        task_id: str | None,
+        key: str | None = None,
+        snapshot: Any = None,
+    ) -> None:
+        super().__init__(message)
+        self.task_id = task_id
+        self.key = key
+        self.snapshot = snapshot
+
+
+class TaskFailed(CairnQError):
+    """A waited-on task ended failed; carries its error envelope."""
+
+    def __init__(self, task: Any) -> None:
+        error = task.error if isinstance(task.error, dict) else {}
+        self.task = task
+        self.task_id = task.id
+        self.code = error.get("code")
+        self.retryable = bool(error.get("retryable", False))
+        self.error = error
+        super().__init__(f"Task {task.id} ({task.name}) failed: {error.get('message', error)}")
+
+
+class TaskCanceled(CairnQError):
+    """A waited-on task ended canceled."""
+
+    def __init__(self, task: Any) -> None:
+        self.task = task
+        self.task_id = task.id
+        super().__init__(f"Task {task.id} ({task.name}) was canceled.")
+
+
+class ProtocolVersionMismatch(CairnQError):
+    """The database speaks a CairnQ protocol major this package does not."""
+
+
+class TaskError(CairnQError):
+    """Raised by a handler to fail its task with a chosen error envelope."""
+
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        *,
+        retryable: bool = False,
+        details: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.retryable = retryable
+        self.details = details or {}
+
+
+def error_envelope(
+    *, type: str, code: str, message: str, retryable: bool, details: dict[str, Any] | None = None
+) -> dict[str, Any]:
+    """Build the protocol's JSON error envelope."""
+    return {
+        "type": type,
+        "code": code,
+        "message": message,
+        "retryable": retryable,
+        "details": details or {},
+    }

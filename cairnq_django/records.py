@@ -1,0 +1,105 @@
+"""Plain values the store hands back: a task row and a status probe."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from . import jsoncodec
+
+STATUSES = ("queued", "running", "succeeded", "failed", "canceled")
+TERMINAL_STATUSES = ("succeeded", "failed", "canceled")
+LIVE_STATUSES = ("queued", "running")
+CONFLICTS = ("reuse", "reuse-succeeded", "reject", "replace")
+
+JSON_COLUMNS = ("payload", "result", "error", "metadata")
+COLUMNS = (
+    "id",
+    "name",
+    "queue",
+    "status",
+    "payload",
+    "result",
+    "error",
+    "metadata",
+    "progress",
+    "message",
+    "attempt",
+    "max_attempts",
+    "priority",
+    "worker_id",
+    "lease_until_ms",
+    "run_at_ms",
+    "cancel_requested_at_ms",
+    "parent_id",
+    "root_id",
+    "correlation_id",
+    "created_at_ms",
+    "updated_at_ms",
+    "completed_at_ms",
+)
+
+
+def is_terminal(status: str) -> bool:
+    return status in TERMINAL_STATUSES
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskRecord:
+    """One cairnq_tasks row, every column under its protocol name, JSON decoded."""
+
+    id: str
+    name: str
+    queue: str
+    status: str
+    payload: Any
+    result: Any
+    error: Any
+    metadata: Any
+    progress: float | None
+    message: str | None
+    attempt: int
+    max_attempts: int
+    priority: int
+    worker_id: str | None
+    lease_until_ms: int | None
+    run_at_ms: int
+    cancel_requested_at_ms: int | None
+    parent_id: str | None
+    root_id: str | None
+    correlation_id: str | None
+    created_at_ms: int
+    updated_at_ms: int
+    completed_at_ms: int | None
+
+    @classmethod
+    def from_row(cls, row: dict[str, Any]) -> TaskRecord:
+        values = {column: row[column] for column in COLUMNS}
+        for column in JSON_COLUMNS:
+            values[column] = jsoncodec.loads(values[column])
+        if values["progress"] is not None:
+            values["progress"] = float(values["progress"])
+        return cls(**values)
+
+    @property
+    def is_terminal(self) -> bool:
+        return is_terminal(self.status)
+
+    @property
+    def cancel_requested(self) -> bool:
+        return self.cancel_requested_at_ms is not None
+
+    def as_dict(self) -> dict[str, Any]:
+        return {column: getattr(self, column) for column in COLUMNS}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskStatus:
+    """The wait loop's probe: a task's id and status, nothing else."""
+
+    id: str
+    status: str
+
+    @property
+    def is_terminal(self) -> bool:
+        return is_terminal(self.status)

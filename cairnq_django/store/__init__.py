@@ -1,0 +1,5 @@
+"""The protocol store: every CairnQ operation, over a Django database alias."""
+
+from .base import Store, get_store
+
+__all__ = ["Store", "get_store"]

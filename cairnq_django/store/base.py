@@ -1,0 +1,687 @@
+"""The CairnQ operations over one Django database alias.
+
+Statements run on Django's own connection for the alias, so a submit made inside
+`transaction.atomic()` commits or rolls back with the caller's data. Write
+sequences run in `transaction.atomic()` too: on SQLite that is BEGIN IMMEDIATE
+(the app's system check insists on it), on Postgres a READ COMMITTED
+transaction whose claims skip rows other workers have locked.
+
+The raw SQL is deliberate: claim and settle are the hot path, and each is one
+statement whose exact WHERE clause is part of the protocol (ownership checks,
+cancel-wins, lease recovery). The ORM could express them only by re-reading.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from django.db import connections, transaction
+
+from .. import jsoncodec
+from ..errors import (
+    AlreadyExists,
+    CairnQError,
+    LostLease,
+    ProtocolVersionMismatch,
+    error_envelope,
+)
+from ..ids import new_task_id
+from ..records import (
+    CONFLICTS,
+    STATUSES,
+    TERMINAL_STATUSES,
+    TaskRecord,
+    TaskStatus,
+    is_terminal,
+)
+from ..schema import PROTOCOL_VERSION
+from .dialects import Dialect, dialect_for
+
+_LEASE_EXPIRED = jsoncodec.dumps(
+    error_envelope(
+        type="LeaseExpired",
+        code="lease_expired",
+        message="task lease expired and max attempts reached",
+        retryable=False,
+    )
+)
+
+_INSERT_COLUMNS = (
+    "id, name, queue, status, payload, metadata, max_attempts, priority, run_at_ms,"
+    " parent_id, root_id, correlation_id, created_at_ms, updated_at_ms"
+)
+
+_verified_aliases: set[str] = set()
+_verify_lock = threading.Lock()
+
+
+def _in(column: str, values: Sequence[Any], prefix: str, params: dict) -> str:
+    """Return `column = x` or `column IN (...)`, binding each value by name.
+
+    Inlined placeholders rather than an array/json_each parameter: the planner
+    then sees an equality for the common single-queue/single-name case and can
+    read the claim indexes in claim order without a sort.
+    """
+    names = []
+    for i, value in enumerate(values):
+        params[f"{prefix}{i}"] = value
+        names.append(f"%({prefix}{i})s")
+    if len(names) == 1:
+        return f"{column} = {names[0]}"
+    return f"{column} IN ({', '.join(names)})"
+
+
+def _check_positive(name: str, value: Any, minimum: int = 1) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}.")
+
+
+class Store:
+    """Protocol operations on the CairnQ tables of one database alias."""
+
+    def __init__(self, using: str) -> None:
+        self.using = using
+        self.dialect: Dialect = dialect_for(connections[using].vendor)
+        self._now = self.dialect.now
+
+    # ---------------------------------------------------------------- plumbing
+    def _rows(self, sql: str, params: dict | None = None) -> list[dict[str, Any]]:
+        self._verify_protocol()
+        params = self.dialect.bind_now(dict(params or {}))
+        with connections[self.using].cursor() as cursor:
+            cursor.execute(sql, params)
+            if cursor.description is None:
+                return []
+            columns = [c[0] for c in cursor.description]
+            return [dict(zip(columns, row)) for row in cursor.fetchall()]
+
+    def _tasks(self, sql: str, params: dict | None = None) -> list[TaskRecord]:
+        return [TaskRecord.from_row(row) for row in self._rows(sql, params)]
+
+    def _task(self, sql: str, params: dict | None = None) -> TaskRecord | None:
+        rows = self._tasks(sql, params)
+        return rows[0] if rows else None
+
+    def atomic(self):
+        """A write transaction (or savepoint inside the caller's) on this alias."""
+        return transaction.atomic(using=self.using)
+
+    def _verify_protocol(self) -> None:
+        if self.using in _verified_aliases:
+            return
+        with _verify_lock:
+            if self.using in _verified_aliases:
+                return
+            try:
+                with connections[self.using].cursor() as cursor:
+                    cursor.execute(
+                        "SELECT value FROM cairnq_meta WHERE key = 'protocol_version'"
+                    )
+                    row = cursor.fetchone()
+            except Exception as exc:
+                raise CairnQError(
+                    f"The CairnQ tables are missing from database {self.using!r}; "
+                    f"run `manage.py migrate cairnq_django --database {self.using}`. ({exc})"
+                ) from exc
+            if row is None or str(row[0]).split(".")[0] != str(PROTOCOL_VERSION):
+                found = None if row is None else row[0]
+                raise ProtocolVersionMismatch(
+                    f"Database {self.using!r} speaks CairnQ protocol_version {found!r}; "
+                    f"cairnq_django speaks {PROTOCOL_VERSION}."
+                )
+            _verified_aliases.add(self.using)
+
+    def _lock_key(self, key: str) -> None:
+        # The same advisory lock the other CairnQ implementations take, so
+        # keyed submits from different languages serialize with each other.
+        # SQLite needs none: BEGIN IMMEDIATE already holds the write lock.
+        if self.dialect.vendor == "postgresql":
+            self._rows("SELECT pg_advisory_xact_lock(hashtextextended(%(key)s::text, 0))", {"key": key})
+
+    # ------------------------------------------------------------------ submit
+    def _insert_values(self, spec: dict[str, Any], i: int, params: dict) -> str:
+        now = self._now
+        for column in (
+            "id", "name", "queue", "payload", "metadata", "max_attempts", "priority",
+            "delay_ms", "parent_id", "root_id", "correlation_id",
+        ):
+            params[f"{column}_{i}"] = spec[column]
+        j = self.dialect.json
+        return (
+            f"(%(id_{i})s, %(name_{i})s, %(queue_{i})s, 'queued', "
+            f"{j.format(name=f'payload_{i}')}, {j.format(name=f'metadata_{i}')}, "
+            f"%(max_attempts_{i})s, %(priority_{i})s, {now} + %(delay_ms_{i})s, "
+            f"%(parent_id_{i})s, %(root_id_{i})s, %(correlation_id_{i})s, {now}, {now})"
+        )
+
+    def prepare(
+        self,
+        name: str,
+        payload: Any = None,
+        *,
+        queue: str = "default",
+        max_attempts: int = 3,
+        priority: int = 0,
+        metadata: dict[str, Any] | None = None,
+        correlation_id: str | None = None,
+        delay_ms: int = 0,
+        parent_id: str | None = None,
+        root_id: str | None = None,
+    ) -> dict[str, Any]:
+        """Validate and encode one task for insertion; raises before any write."""
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"Task name must be a non-empty string, got {name!r}.")
+        if not isinstance(queue, str) or not queue:
+            raise ValueError(f"Queue must be a non-empty string, got {queue!r}.")
+        _check_positive("max_attempts", max_attempts)
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            raise ValueError(f"priority must be an integer, got {priority!r}.")
+        if isinstance(delay_ms, bool) or not isinstance(delay_ms, int) or delay_ms < 0:
+            raise ValueError(f"delay_ms must be an integer >= 0, got {delay_ms!r}.")
+        if metadata is not None and not isinstance(metadata, dict):
+            raise ValueError(f"metadata must be a dict, got {type(metadata).__name__}.")
+        task_id = new_task_id()
+        return {
+            "id": task_id,
+            "name": name,
+            "queue": queue,
+            "payload": jsoncodec.dumps({} if payload is None else payload, what="payload"),
+            "metadata": jsoncodec.dumps(metadata or {}, what="metadata"),
+            "max_attempts": max_attempts,
+            "priority": priority,
+            "delay_ms": delay_ms,
+            "parent_id": parent_id,
+            "root_id": root_id or task_id,
+            "correlation_id": correlation_id,
+        }
+
+    def _insert(self, specs: Sequence[dict[str, Any]]) -> list[TaskRecord]:
+        params: dict[str, Any] = {}
+        values = ", ".join(self._insert_values(spec, i, params) for i, spec in enumerate(specs))
+        return self._tasks(
+            f"INSERT INTO cairnq_tasks ({_INSERT_COLUMNS}) VALUES {values} RETURNING *", params
+        )
+
+    def submit(
+        self,
+        name: str,
+        payload: Any = None,
+        *,
+        key: str | None = None,
+        queue: str = "default",
+        conflict: str = "reuse",
+        max_attempts: int = 3,
+        priority: int = 0,
+        metadata: dict[str, Any] | None = None,
+        correlation_id: str | None = None,
+        delay_ms: int = 0,
+        parent_id: str | None = None,
+        root_id: str | None = None,
+    ) -> TaskRecord:
+        """Insert a queued task, resolving a business key by the conflict strategy."""
+        if conflict not in CONFLICTS:
+            raise ValueError(
+                f"Unknown conflict strategy {conflict!r}; use one of {', '.join(CONFLICTS)}."
+            )
+        if key is not None and (not isinstance(key, str) or not key):
+            raise ValueError(f"key must be a non-empty string, got {key!r}.")
+        spec = self.prepare(
+            name, payload, queue=queue, max_attempts=max_attempts, priority=priority,
+            metadata=metadata, correlation_id=correlation_id, delay_ms=delay_ms,
+            parent_id=parent_id, root_id=root_id,
+        )
+        return self.submit_prepared(spec, key=key, conflict=conflict)
+
+    def submit_prepared(
+        self, spec: dict[str, Any], *, key: str | None = None, conflict: str = "reuse"
+    ) -> TaskRecord:
+        """Write a task validated by `prepare`."""
+        if key is None:
+            return self._insert([spec])[0]
+        with self.atomic():
+            return self._submit_keyed(spec, key, conflict)
+
+    def _submit_keyed(self, spec: dict[str, Any], key: str, conflict: str) -> TaskRecord:
+        self._lock_key(key)
+        current = self._task(
+            "SELECT t.* FROM cairnq_task_keys k JOIN cairnq_tasks t ON t.id = k.task_id"
+            " WHERE k.key = %(key)s",
+            {"key": key},
+        )
+        # A purged task takes its key row with it (ON DELETE CASCADE), so
+        # "no current task" covers both a fresh key and a freed one.
+        if current is not None:
+            if conflict == "reject":
+                raise AlreadyExists(key)
+            if conflict != "replace" and (
+                not current.is_terminal
+                or (conflict == "reuse-succeeded" and current.status == "succeeded")
+            ):
+                return current
+            if not current.is_terminal:
+                self._cancel_sql(current.id)
+        task = self._insert([spec])[0]
+        self._rows(
+            "INSERT INTO cairnq_task_keys (key, task_id, created_at_ms, updated_at_ms)"
+            f" VALUES (%(key)s, %(task_id)s, {self._now}, {self._now})"
+            " ON CONFLICT (key) DO UPDATE SET task_id = excluded.task_id,"
+            " updated_at_ms = excluded.updated_at_ms",
+            {"key": key, "task_id": task.id},
+        )
+        return task
+
+    def submit_many(
+        self,
+        specs: Sequence[dict[str, Any]],
+        *,
+        keys: Sequence[tuple[str | None, str]] | None = None,
+        chunk_size: int = 500,
+    ) -> list[TaskRecord]:
+        """Write prepared tasks (see `prepare`) in one transaction, in input order.
+
+        `keys` gives a (key, conflict) pair per spec; unkeyed specs are inserted
+        in multi-row statements, keyed ones one by one under their key lock.
+        """
+        keys = keys or [(None, "reuse")] * len(specs)
+        results: list[TaskRecord | None] = [None] * len(specs)
+        plain = [i for i, (key, _) in enumerate(keys) if key is None]
+        with self.atomic():
+            for start in range(0, len(plain), chunk_size):
+                chunk = plain[start : start + chunk_size]
+                by_id = {task.id: task for task in self._insert([specs[i] for i in chunk])}
+                for i in chunk:
+                    results[i] = by_id[specs[i]["id"]]
+            for i, (key, conflict) in enumerate(keys):
+                if key is not None:
+                    results[i] = self._submit_keyed(specs[i], key, conflict)
+        return results  # type: ignore[return-value]
+
+    # ------------------------------------------------------------------- reads
+    def get(self, task_id: str) -> TaskRecord | None:
+        return self._task("SELECT * FROM cairnq_tasks WHERE id = %(id)s", {"id": task_id})
+
+    def get_by_key(self, key: str) -> TaskRecord | None:
+        return self._task(
+            "SELECT t.* FROM cairnq_task_keys k JOIN cairnq_tasks t ON t.id = k.task_id"
+            " WHERE k.key = %(key)s",
+            {"key": key},
+        )
+
+    def get_status(self, task_id: str) -> TaskStatus | None:
+        rows = self._rows("SELECT id, status FROM cairnq_tasks WHERE id = %(id)s", {"id": task_id})
+        return TaskStatus(**rows[0]) if rows else None
+
+    def get_status_by_key(self, key: str) -> TaskStatus | None:
+        rows = self._rows(
+            "SELECT t.id, t.status FROM cairnq_task_keys k JOIN cairnq_tasks t"
+            " ON t.id = k.task_id WHERE k.key = %(key)s",
+            {"key": key},
+        )
+        return TaskStatus(**rows[0]) if rows else None
+
+    def list(
+        self,
+        *,
+        status: str | None = None,
+        queue: str | None = None,
+        name: str | None = None,
+        root_id: str | None = None,
+        correlation_id: str | None = None,
+        limit: int = 100,
+        offset: int = 0,
+    ) -> list[TaskRecord]:
+        if status is not None and status not in STATUSES:
+            raise ValueError(f"Unknown status {status!r}; use one of {', '.join(STATUSES)}.")
+        _check_positive("limit", limit, 0)
+        _check_positive("offset", offset, 0)
+        params: dict[str, Any] = {"limit": limit, "offset": offset}
+        where = []
+        for column, value in (
+            ("status", status), ("queue", queue), ("name", name),
+            ("root_id", root_id), ("correlation_id", correlation_id),
+        ):
+            if value is not None:
+                where.append(f"{column} = %({column})s")
+                params[column] = value
+        clause = f" WHERE {' AND '.join(where)}" if where else ""
+        return self._tasks(
+            f"SELECT * FROM cairnq_tasks{clause}"
+            " ORDER BY created_at_ms DESC, id DESC LIMIT %(limit)s OFFSET %(offset)s",
+            params,
+        )
+
+    def stats(self, queue: str | None = None) -> dict[str, dict[str, int]]:
+        params: dict[str, Any] = {}
+        clause = ""
+        if queue is not None:
+            clause = " WHERE queue = %(queue)s"
+            params["queue"] = queue
+        rows = self._rows(
+            f"SELECT queue, status, count(*) AS n FROM cairnq_tasks{clause} GROUP BY queue, status",
+            params,
+        )
+        result: dict[str, dict[str, int]] = {}
+        if queue is not None:
+            result[queue] = dict.fromkeys(STATUSES, 0)
+        for row in rows:
+            result.setdefault(row["queue"], dict.fromkeys(STATUSES, 0))[row["status"]] = int(row["n"])
+        return dict(sorted(result.items()))
+
+    def queue_depth(self, queue: str, max_depth: int) -> int:
+        """Headroom under max_depth queued tasks, reading at most max_depth rows."""
+        _check_positive("max_depth", max_depth)
+        rows = self._rows(
+            "SELECT count(*) AS n FROM (SELECT 1 FROM cairnq_tasks"
+            " WHERE queue = %(queue)s AND status = 'queued' LIMIT %(max_depth)s) probe",
+            {"queue": queue, "max_depth": max_depth},
+        )
+        return max(0, max_depth - int(rows[0]["n"]))
+
+    # ---------------------------------------------------------------- control
+    def _cancel_sql(self, task_id: str) -> TaskRecord | None:
+        now = self._now
+        return self._task(
+            "UPDATE cairnq_tasks SET"
+            " status = CASE WHEN status = 'queued' THEN 'canceled' ELSE status END,"
+            f" cancel_requested_at_ms = CASE WHEN status = 'running' THEN {now}"
+            " ELSE cancel_requested_at_ms END,"
+            f" completed_at_ms = CASE WHEN status = 'queued' THEN {now} ELSE completed_at_ms END,"
+            f" updated_at_ms = {now}"
+            " WHERE id = %(id)s AND status IN ('queued', 'running') RETURNING *",
+            {"id": task_id},
+        )
+
+    def _retry_sql(self, task_id: str, reset_attempt: bool) -> TaskRecord | None:
+        now = self._now
+        return self._task(
+            "UPDATE cairnq_tasks SET status = 'queued', error = NULL, worker_id = NULL,"
+            f" lease_until_ms = NULL, run_at_ms = {now}, cancel_requested_at_ms = NULL,"
+            " completed_at_ms = NULL, progress = NULL, message = NULL,"
+            " attempt = CASE WHEN %(reset)s THEN 0 ELSE attempt END,"
+            f" updated_at_ms = {now}"
+            " WHERE id = %(id)s AND status IN ('failed', 'canceled') RETURNING *",
+            {"id": task_id, "reset": bool(reset_attempt)},
+        )
+
+    def cancel(self, task_id: str) -> TaskRecord | None:
+        """queued -> canceled; running -> cancel requested. None if neither applies."""
+        return self._cancel_sql(task_id)
+
+    def retry(self, task_id: str, *, reset_attempt: bool = False) -> TaskRecord | None:
+        """failed/canceled -> queued. None if the task is not in one of those states."""
+        return self._retry_sql(task_id, reset_attempt)
+
+    def _by_key(self, key: str, action) -> TaskRecord | None:
+        with self.atomic():
+            self._lock_key(key)
+            rows = self._rows(
+                "SELECT task_id FROM cairnq_task_keys WHERE key = %(key)s", {"key": key}
+            )
+            return action(rows[0]["task_id"]) if rows else None
+
+    def cancel_by_key(self, key: str) -> TaskRecord | None:
+        return self._by_key(key, self._cancel_sql)
+
+    def retry_by_key(self, key: str, *, reset_attempt: bool = False) -> TaskRecord | None:
+        return self._by_key(key, lambda task_id: self._retry_sql(task_id, reset_attempt))
+
+    def purge(
+        self,
+        *,
+        older_than_ms: int = 0,
+        queue: str | None = None,
+        status: str | None = None,
+        name: str | None = None,
+        limit: int = 1000,
+    ) -> list[str]:
+        """Delete up to `limit` terminal tasks completed over older_than_ms ago, oldest first."""
+        _check_positive("older_than_ms", older_than_ms, 0)
+        _check_positive("limit", limit)
+        if status is not None and status not in TERMINAL_STATUSES:
+            raise ValueError(
+                f"purge only deletes finished tasks; status must be one of "
+                f"{', '.join(TERMINAL_STATUSES)}, not {status!r}."
+            )
+        params: dict[str, Any] = {"older_than_ms": older_than_ms, "limit": limit}
+        # The literal terminal-status list matches the partial purge index's predicate.
+        where = ["status IN ('succeeded', 'failed', 'canceled')"]
+        for column, value in (("queue", queue), ("status", status), ("name", name)):
+            if value is not None:
+                where.append(f"{column} = %({column})s")
+                params[column] = value
+        where.append("completed_at_ms IS NOT NULL")
+        where.append(f"completed_at_ms < {self._now} - %(older_than_ms)s")
+        rows = self._rows(
+            "DELETE FROM cairnq_tasks WHERE id IN (SELECT id FROM cairnq_tasks"
+            f" WHERE {' AND '.join(where)} ORDER BY completed_at_ms ASC LIMIT %(limit)s"
+            f"{self.dialect.skip_locked}) RETURNING id",
+            params,
+        )
+        return [row["id"] for row in rows]
+
+    # ------------------------------------------------------------------ worker
+    def has_claimable(self, *, queues: Sequence[str], names: Sequence[str] | None = None) -> bool:
+        """Read-only probe: is there due work (or an expired lease) worth a claim?"""
+        if names is not None and not names:
+            return False
+        params: dict[str, Any] = {}
+        queued = ["status = 'queued'", _in("queue", list(queues), "q", params)]
+        if names is not None:
+            queued.append(_in("name", list(names), "n", params))
+        queued.append(f"run_at_ms <= {self._now}")
+        rows = self._rows(
+            f"SELECT EXISTS (SELECT 1 FROM cairnq_tasks WHERE {' AND '.join(queued)}) AS work,"
+            " EXISTS (SELECT 1 FROM cairnq_tasks WHERE status = 'running'"
+            f" AND lease_until_ms IS NOT NULL AND lease_until_ms <= {self._now}) AS expired",
+            params,
+        )
+        return bool(rows[0]["work"]) or bool(rows[0]["expired"])
+
+    def recover_leases(self) -> list[TaskRecord]:
+        """Settle every task whose lease expired; run inside the claim transaction."""
+        now = self._now
+        requeue = "cancel_requested_at_ms IS NULL AND attempt < max_attempts"
+        j = self.dialect.json.format(name="lease_error")
+        return self._tasks(
+            "UPDATE cairnq_tasks SET"
+            " status = CASE WHEN cancel_requested_at_ms IS NOT NULL THEN 'canceled'"
+            " WHEN attempt < max_attempts THEN 'queued' ELSE 'failed' END,"
+            f" worker_id = CASE WHEN {requeue} THEN NULL ELSE worker_id END,"
+            " lease_until_ms = NULL,"
+            f" run_at_ms = CASE WHEN {requeue} THEN {now} ELSE run_at_ms END,"
+            " error = CASE WHEN cancel_requested_at_ms IS NULL AND attempt >= max_attempts"
+            f" THEN {j} ELSE error END,"
+            f" completed_at_ms = CASE WHEN {requeue} THEN completed_at_ms ELSE {now} END,"
+            f" progress = CASE WHEN {requeue} THEN NULL ELSE progress END,"
+            f" message = CASE WHEN {requeue} THEN NULL ELSE message END,"
+            f" updated_at_ms = {now}"
+            " WHERE id IN (SELECT id FROM cairnq_tasks WHERE status = 'running'"
+            f" AND lease_until_ms IS NOT NULL AND lease_until_ms <= {now}"
+            f"{self.dialect.skip_locked}) RETURNING *",
+            {"lease_error": _LEASE_EXPIRED},
+        )
+
+    def _claim_sql(
+        self, queues: Sequence[str], names: Sequence[str] | None, params: dict
+    ) -> str:
+        now = self._now
+        where = ["status = 'queued'", _in("queue", list(queues), "q", params)]
+        if names is not None:
+            where.append(_in("name", list(names), "n", params))
+        where.append(f"run_at_ms <= {now}")
+        return (
+            "UPDATE cairnq_tasks SET status = 'running', worker_id = %(worker_id)s,"
+            f" lease_until_ms = {now} + %(lease_ms)s, attempt = attempt + 1,"
+            f" updated_at_ms = {now}"
+            " WHERE id IN (SELECT id FROM cairnq_tasks"
+            f" WHERE {' AND '.join(where)}"
+            " ORDER BY priority DESC, run_at_ms ASC, id ASC LIMIT %(limit)s"
+            f"{self.dialect.skip_locked}) RETURNING *"
+        )
+
+    def claim(
+        self,
+        *,
+        queues: Sequence[str],
+        worker_id: str,
+        lease_ms: int = 30000,
+        limit: int = 1,
+        names: Sequence[str] | None = None,
+        draws: Iterable[tuple[Sequence[str] | None, int]] | None = None,
+    ) -> list[TaskRecord]:
+        """Recover expired leases, then take up to `limit` due tasks, in one transaction.
+
+        `draws` lets a worker take several per-name quotas in the same
+        transaction: each (names, limit) pair is one claim statement.
+        """
+        if isinstance(queues, str):
+            queues = [queues]
+        if not queues:
+            raise ValueError("claim needs at least one queue.")
+        _check_positive("lease_ms", lease_ms)
+        _check_positive("limit", limit, 0)
+        plan = list(draws) if draws is not None else [(names, limit)]
+        claimed: list[TaskRecord] = []
+        with self.atomic():
+            self.recover_leases()
+            for draw_names, draw_limit in plan:
+                if draw_limit <= 0 or (draw_names is not None and not draw_names):
+                    continue
+                params = {"worker_id": worker_id, "lease_ms": lease_ms, "limit": draw_limit}
+                claimed += self._tasks(self._claim_sql(queues, draw_names, params), params)
+        claimed.sort(key=lambda t: (-t.priority, t.run_at_ms, t.id))
+        return claimed
+
+    def _owned(self, set_clause: str, task_id: str, worker_id: str, params: dict) -> TaskRecord:
+        params.update(id=task_id, worker_id=worker_id)
+        task = self._task(
+            f"UPDATE cairnq_tasks SET {set_clause}, updated_at_ms = {self._now}"
+            " WHERE id = %(id)s AND status = 'running' AND worker_id = %(worker_id)s"
+            f" AND lease_until_ms > {self._now} RETURNING *",
+            params,
+        )
+        if task is None:
+            raise LostLease(task_id)
+        return task
+
+    def heartbeat(self, task_id: str, worker_id: str, lease_ms: int) -> TaskRecord:
+        _check_positive("lease_ms", lease_ms)
+        return self._owned(
+            f"lease_until_ms = {self._now} + %(lease_ms)s", task_id, worker_id,
+            {"lease_ms": lease_ms},
+        )
+
+    def heartbeat_batch(
+        self, task_ids: Sequence[str], worker_id: str, lease_ms: int
+    ) -> dict[str, bool]:
+        """Renew every lease still held; answer {id: cancel_requested} for those rows."""
+        _check_positive("lease_ms", lease_ms)
+        if not task_ids:
+            return {}
+        params: dict[str, Any] = {"worker_id": worker_id, "lease_ms": lease_ms}
+        ids = _in("id", list(task_ids), "i", params)
+        rows = self._rows(
+            f"UPDATE cairnq_tasks SET lease_until_ms = {self._now} + %(lease_ms)s,"
+            f" updated_at_ms = {self._now}"
+            f" WHERE {ids} AND status = 'running' AND worker_id = %(worker_id)s"
+            f" AND lease_until_ms > {self._now} RETURNING id, cancel_requested_at_ms",
+            params,
+        )
+        held = {row["id"]: row["cancel_requested_at_ms"] is not None for row in rows}
+        return {task_id: held[task_id] for task_id in task_ids if task_id in held}
+
+    def progress(
+        self,
+        task_id: str,
+        worker_id: str,
+        progress: float | None = None,
+        message: str | None = None,
+    ) -> TaskRecord:
+        if progress is not None:
+            if isinstance(progress, bool) or not isinstance(progress, (int, float)) or not (
+                0.0 <= progress <= 1.0
+            ):
+                raise ValueError(f"progress must be a number from 0 to 1, got {progress!r}.")
+            progress = float(progress)
+        return self._owned(
+            "progress = COALESCE(%(progress)s, progress), message = COALESCE(%(message)s, message)",
+            task_id, worker_id, {"progress": progress, "message": message},
+        )
+
+    def succeed(self, task_id: str, worker_id: str, result: Any = None) -> TaskRecord:
+        """running -> succeeded with result (ignores a pending cancel; see complete)."""
+        j = self.dialect.json.format(name="result")
+        return self._owned(
+            f"status = 'succeeded', result = {j}, progress = 1.0, lease_until_ms = NULL,"
+            f" completed_at_ms = {self._now}",
+            task_id, worker_id, {"result": jsoncodec.dumps(result, what="result")},
+        )
+
+    def complete(self, task_id: str, worker_id: str, result: Any = None) -> TaskRecord:
+        """Finish a run: succeeded with result, or canceled if a cancel is pending."""
+        j = self.dialect.json.format(name="result")
+        cancel = "cancel_requested_at_ms IS NOT NULL"
+        return self._owned(
+            f"status = CASE WHEN {cancel} THEN 'canceled' ELSE 'succeeded' END,"
+            f" result = CASE WHEN {cancel} THEN result ELSE {j} END,"
+            f" progress = CASE WHEN {cancel} THEN progress ELSE 1.0 END,"
+            f" lease_until_ms = NULL, completed_at_ms = {self._now}",
+            task_id, worker_id, {"result": jsoncodec.dumps(result, what="result")},
+        )
+
+    def fail(
+        self,
+        task_id: str,
+        worker_id: str,
+        error: Any,
+        retryable: bool = True,
+        delay_ms: int = 0,
+    ) -> TaskRecord:
+        """Requeue (retryable, attempts left), fail terminally, or cancel if requested."""
+        _check_positive("delay_ms", delay_ms, 0)
+        if isinstance(error, BaseException):
+            error = error_envelope(
+                type=type(error).__name__, code="handler_error", message=str(error),
+                retryable=retryable,
+            )
+        elif isinstance(error, str):
+            error = error_envelope(
+                type="Error", code="handler_error", message=error, retryable=retryable
+            )
+        now = self._now
+        j = self.dialect.json.format(name="error")
+        requeue = "cancel_requested_at_ms IS NULL AND %(retryable)s AND attempt < max_attempts"
+        return self._owned(
+            "status = CASE WHEN cancel_requested_at_ms IS NOT NULL THEN 'canceled'"
+            " WHEN %(retryable)s AND attempt < max_attempts THEN 'queued' ELSE 'failed' END,"
+            f" error = {j},"
+            f" worker_id = CASE WHEN {requeue} THEN NULL ELSE worker_id END,"
+            " lease_until_ms = NULL,"
+            f" run_at_ms = CASE WHEN {requeue} THEN {now} + %(delay_ms)s ELSE run_at_ms END,"
+            f" completed_at_ms = CASE WHEN {requeue} THEN NULL ELSE {now} END,"
+            f" progress = CASE WHEN {requeue} THEN NULL ELSE progress END,"
+            f" message = CASE WHEN {requeue} THEN NULL ELSE message END",
+            task_id, worker_id,
+            {
+                "error": jsoncodec.dumps(error, what="error"),
+                "retryable": bool(retryable),
+                "delay_ms": delay_ms,
+            },
+        )
+
+
+_stores: dict[str, Store] = {}
+
+
+def get_store(using: str | None = None) -> Store:
+    """Return the store for a database alias (default: settings.CAIRNQ['DATABASE'])."""
+    if using is None:
+        from ..conf import cairnq_settings
+
+        using = cairnq_settings.DATABASE
+    store = _stores.get(using)
+    if store is None:
+        store = _stores[using] = Store(using)
+    return store

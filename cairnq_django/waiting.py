@@ -1,0 +1,103 @@
+"""wait()/call(): poll a task's status until it finishes, with growing intervals."""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+from django.db import connections
+
+from .conf import cairnq_settings
+from .errors import CairnQError, TaskCanceled, TaskFailed, TaskTimeout
+from .records import TaskRecord, TaskStatus
+
+# A hook for a push channel (Postgres LISTEN cairnq_done): called with
+# (alias, task_id_or_None, seconds) in place of a plain sleep. Polling stays
+# the source of truth; a wake only shortens the sleep.
+_sleeper: Callable[[str, str | None, float], None] | None = None
+
+
+def set_done_sleeper(sleeper: Callable[[str, str | None, float], None] | None) -> None:
+    global _sleeper
+    _sleeper = sleeper
+
+
+def _refuse_inside_transaction(using: str) -> None:
+    if connections[using].in_atomic_block:
+        raise CairnQError(
+            f"wait()/call() was called inside an open transaction on database {using!r}. "
+            "A worker cannot see a task this transaction has not committed, and a wait "
+            "here would also hold the transaction open. Call it after the transaction "
+            "commits (for example from transaction.on_commit)."
+        )
+
+
+def _explain(snapshot: TaskRecord | None, waited_s: float, key: str | None) -> str:
+    what = f"key {key!r}" if key else "the task"
+    if snapshot is None:
+        return f"Timed out after {waited_s:.1f}s waiting for {what}: no such task exists (yet)."
+    prefix = f"Timed out after {waited_s:.1f}s waiting for task {snapshot.id} ({snapshot.name})"
+    if snapshot.status == "queued":
+        return (
+            f"{prefix}: it is still queued and was never claimed (attempt "
+            f"{snapshot.attempt}/{snapshot.max_attempts}). Likely causes: no worker is running, "
+            f"no worker has a handler named {snapshot.name!r}, no worker watches queue "
+            f"{snapshot.queue!r}, or the worker uses a different database. "
+            "The task keeps its place in the queue."
+        )
+    if snapshot.status == "running":
+        return (
+            f"{prefix}: it is still running on worker {snapshot.worker_id} (attempt "
+            f"{snapshot.attempt}/{snapshot.max_attempts}). It keeps running; wait again "
+            "with a longer timeout."
+        )
+    return f"{prefix}: it is {snapshot.status}."
+
+
+def wait(
+    store,
+    *,
+    task_id: str | None = None,
+    key: str | None = None,
+    timeout: float | None = None,
+    poll_initial_ms: int | None = None,
+    poll_max_ms: int | None = None,
+    raise_on_failure: bool = True,
+) -> TaskRecord:
+    """Block until the task reaches a terminal status and return its final row."""
+    _refuse_inside_transaction(store.using)
+    interval = (poll_initial_ms or cairnq_settings.WAIT_POLL_INITIAL) / 1000
+    ceiling = (poll_max_ms or cairnq_settings.WAIT_POLL_MAX) / 1000
+    started = time.monotonic()
+    deadline = None if timeout is None else started + timeout
+    while True:
+        probe: TaskStatus | None = (
+            store.get_status(task_id) if key is None else store.get_status_by_key(key)
+        )
+        if probe is not None and probe.is_terminal:
+            # Re-read the whole row only now; a purge or a key repoint in
+            # between simply means we keep waiting.
+            task = store.get(probe.id)
+            if task is not None and task.is_terminal and (key is None or probe.id == task.id):
+                if raise_on_failure and task.status == "failed":
+                    raise TaskFailed(task)
+                if raise_on_failure and task.status == "canceled":
+                    raise TaskCanceled(task)
+                return task
+        now = time.monotonic()
+        if deadline is not None and now >= deadline:
+            snapshot = (
+                store.get(task_id) if key is None else store.get_by_key(key)
+            )
+            raise TaskTimeout(
+                _explain(snapshot, now - started, key),
+                task_id=snapshot.id if snapshot else task_id,
+                key=key,
+                snapshot=snapshot,
+            )
+        sleep_for = interval if deadline is None else min(interval, deadline - now)
+        if _sleeper is not None:
+            _sleeper(store.using, probe.id if probe else task_id, sleep_for)
+        else:
+            time.sleep(sleep_for)
+        interval = min(interval * 1.5, ceiling)

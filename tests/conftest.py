@@ -1,0 +1,35 @@
+import os
+
+import pytest
+from django.db import connections
+
+from cairnq_django.store import get_store
+
+CAIRNQ_TABLES = ("cairnq_task_keys", "cairnq_tasks")
+
+
+@pytest.fixture
+def store(db):
+    """The store on the test database, inside the test's transaction."""
+    return get_store("default")
+
+
+@pytest.fixture
+def live_store(transactional_db):
+    """The store with real commits (for tests that use other processes).
+
+    Django's flush skips unmanaged models, so the CairnQ rows are cleared here.
+    """
+    yield get_store("default")
+    with connections["default"].cursor() as cursor:
+        for table in CAIRNQ_TABLES:
+            cursor.execute(f"DELETE FROM {table}")
+
+
+@pytest.fixture
+def child_env(transactional_db):
+    """Environment for a child process that must open the same test database."""
+    env = dict(os.environ)
+    env["CAIRNQ_CHILD_DB_NAME"] = str(connections["default"].settings_dict["NAME"])
+    env["DJANGO_SETTINGS_MODULE"] = "tests.settings"
+    return env
