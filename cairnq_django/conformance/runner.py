@@ -1,0 +1,454 @@
+"""Run CairnQ conformance scenarios against a Store.
+
+A scenario is JSON data: a list of steps, each one store operation or a
+control step (sleep, expect), with assertions on what came back. The runner
+is strict on purpose: an unknown op, argument, step key or assertion, or a
+reference to nothing, fails the scenario instead of being skipped, because a
+check that silently does nothing is how a conformance suite stops meaning
+anything.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import re
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from django.db import connections
+
+from ..store import Store
+
+__all__ = [
+    "ConformanceError",
+    "ScenarioResult",
+    "clear_tasks",
+    "load_scenario",
+    "load_scenarios",
+    "run_scenario",
+    "run_scenarios",
+    "scenario_files",
+]
+
+# Child tables first: a key row points at its task.
+CAIRNQ_ROW_TABLES = ("cairnq_task_keys", "cairnq_tasks")
+
+ASSERTIONS = (
+    "equals",
+    "equalsRef",
+    "notEqualsRef",
+    "greaterThanRef",
+    "length",
+    "notNull",
+    "isNull",
+)
+STEP_KEYS = {"op", "args", "save", "expect", "expectError"}
+EXPECT_STEP_KEYS = {"op", "target", *ASSERTIONS}
+SCENARIO_KEYS = {"name", "description", "steps"}
+
+_REFERENCE = re.compile(r"^\$([A-Za-z_][A-Za-z0-9_]*)((?:\.[^.]+)*)$")
+
+
+class ConformanceError(Exception):
+    """A scenario file or folder cannot be used as given."""
+
+
+class StepFailed(Exception):
+    """A step did not do what its scenario says."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ScenarioResult:
+    """The outcome of one scenario: passed, or the step that failed and why."""
+
+    name: str
+    passed: bool
+    message: str = ""
+    step: int | None = None  # 1-based index of the failing step
+
+    def __str__(self) -> str:
+        if self.passed:
+            return f"PASS {self.name}"
+        where = f" (step {self.step})" if self.step is not None else ""
+        return f"FAIL {self.name}{where}: {self.message}"
+
+
+# ------------------------------------------------------------------- loading
+def scenario_files(directory: str | Path) -> list[Path]:
+    """Return the *.json scenario files of a folder, sorted by name."""
+    folder = Path(directory)
+    if not folder.is_dir():
+        raise ConformanceError(f"The conformance scenario folder {folder} does not exist.")
+    files = sorted(folder.glob("*.json"))
+    if not files:
+        raise ConformanceError(f"The conformance scenario folder {folder} holds no *.json files.")
+    return files
+
+
+def load_scenario(path: str | Path) -> dict[str, Any]:
+    """Read and shape-check one scenario file."""
+    path = Path(path)
+    try:
+        scenario = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConformanceError(f"Scenario file {path} cannot be read as JSON: {exc}") from exc
+    if not isinstance(scenario, dict):
+        raise ConformanceError(f"Scenario file {path} must hold a JSON object.")
+    if not isinstance(scenario.get("name"), str) or not isinstance(scenario.get("steps"), list):
+        raise ConformanceError(f"Scenario file {path} needs a string 'name' and a list of 'steps'.")
+    return scenario
+
+
+def load_scenarios(directory: str | Path) -> list[dict[str, Any]]:
+    """Load every scenario of a folder, in file-name order."""
+    return [load_scenario(path) for path in scenario_files(directory)]
+
+
+# ---------------------------------------------------------------- references
+def _describe(value: Any) -> str:
+    if hasattr(value, "as_dict"):
+        value = value.as_dict()
+    elif hasattr(value, "__dataclass_fields__"):
+        value = {name: getattr(value, name) for name in value.__dataclass_fields__}
+    text = json.dumps(value, default=repr, ensure_ascii=False, sort_keys=True)
+    return text if len(text) <= 240 else text[:237] + "..."
+
+
+def field(value: Any, name: str | int) -> Any:
+    """Read one field of a result: a dict key, a list index or a record attribute.
+
+    A field of null is null and a dict's missing key is null (stats leaves out
+    the queues it has no rows for); a record's unknown field is an error, so a
+    misspelt field name cannot make isNull pass.
+    """
+    if value is None:
+        return None
+    if isinstance(value, dict):
+        return value.get(name)
+    if isinstance(value, (list, tuple)):
+        if isinstance(name, str) and not re.fullmatch(r"-?\d+", name):
+            raise StepFailed(f"Cannot read field {name!r} of a list; index it with a number.")
+        index = int(name)
+        if not -len(value) <= index < len(value):
+            raise StepFailed(f"Index {index} is out of range for a list of {len(value)}.")
+        return value[index]
+    if isinstance(name, str) and not name.startswith("_") and hasattr(value, name):
+        return getattr(value, name)
+    raise StepFailed(f"{type(value).__name__} has no field {name!r}.")
+
+
+def resolve(value: Any, saved: dict[str, Any]) -> Any:
+    """Replace every `$alias[.field...]` string inside value by what it refers to."""
+    if isinstance(value, dict):
+        return {key: resolve(item, saved) for key, item in value.items()}
+    if isinstance(value, list):
+        return [resolve(item, saved) for item in value]
+    if not isinstance(value, str) or not value.startswith("$"):
+        return value
+    match = _REFERENCE.match(value)
+    if match is None:
+        raise StepFailed(f"{value!r} is not a valid reference; write $alias or $alias.field.")
+    alias, path = match.group(1), match.group(2)
+    if alias not in saved:
+        raise StepFailed(f"Reference {value!r} names {alias!r}, which no earlier step saved.")
+    result = saved[alias]
+    for part in path.split(".")[1:]:
+        result = field(result, part)
+    return result
+
+
+# ---------------------------------------------------------------- comparison
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def same(actual: Any, expected: Any) -> bool:
+    """Compare like JSON does: true is not 1, 1 is 1.0, containers compare deeply."""
+    if isinstance(expected, bool) or isinstance(actual, bool):
+        return type(actual) is type(expected) and actual == expected
+    if _is_number(expected) or _is_number(actual):
+        return _is_number(actual) and _is_number(expected) and actual == expected
+    if isinstance(expected, dict):
+        return (
+            isinstance(actual, dict)
+            and actual.keys() == expected.keys()
+            and all(same(actual[key], expected[key]) for key in expected)
+        )
+    if isinstance(expected, (list, tuple)):
+        return (
+            isinstance(actual, (list, tuple))
+            and len(actual) == len(expected)
+            and all(same(a, e) for a, e in zip(actual, expected))
+        )
+    return type(actual) is type(expected) and actual == expected
+
+
+def _field_names(names: Any, assertion: str) -> list[str]:
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        raise StepFailed(f"{assertion} takes a list of field names, got {names!r}.")
+    return names
+
+
+def check(value: Any, assertions: dict[str, Any], saved: dict[str, Any]) -> None:
+    """Raise StepFailed unless value meets every assertion."""
+    unknown = set(assertions) - set(ASSERTIONS)
+    if unknown:
+        raise StepFailed(
+            f"Unknown assertion {', '.join(sorted(unknown))}; use one of {', '.join(ASSERTIONS)}."
+        )
+    if "equals" in assertions:
+        expected = assertions["equals"]
+        if not isinstance(expected, dict):
+            raise StepFailed(f"equals takes an object of field values, got {expected!r}.")
+        for name, want in expected.items():
+            got = field(value, name)
+            if not same(got, want):
+                raise StepFailed(
+                    f"Expected {name} = {_describe(want)}, got {_describe(got)}"
+                    f" in {_describe(value)}."
+                )
+    if "equalsRef" in assertions:
+        want = resolve(assertions["equalsRef"], saved)
+        if not same(value, want):
+            raise StepFailed(f"Expected {_describe(want)}, got {_describe(value)}.")
+    if "notEqualsRef" in assertions:
+        other = resolve(assertions["notEqualsRef"], saved)
+        if same(value, other):
+            raise StepFailed(f"Expected a value other than {_describe(other)}.")
+    if "greaterThanRef" in assertions:
+        bound = resolve(assertions["greaterThanRef"], saved)
+        if not (_is_number(value) and _is_number(bound)):
+            raise StepFailed(
+                f"greaterThanRef compares numbers, got {_describe(value)} and {_describe(bound)}."
+            )
+        if not value > bound:
+            raise StepFailed(f"Expected a value greater than {bound}, got {value}.")
+    if "length" in assertions:
+        want = assertions["length"]
+        if not isinstance(value, (list, tuple, dict)):
+            raise StepFailed(f"Expected a list of length {want}, got {_describe(value)}.")
+        if len(value) != want:
+            raise StepFailed(
+                f"Expected length {want}, got {len(value)}: {_describe(value)}."
+            )
+    for name in _field_names(assertions.get("notNull", []), "notNull"):
+        if field(value, name) is None:
+            raise StepFailed(f"Expected {name} to be set, got null in {_describe(value)}.")
+    for name in _field_names(assertions.get("isNull", []), "isNull"):
+        got = field(value, name)
+        if got is not None:
+            raise StepFailed(f"Expected {name} to be null, got {_describe(got)}.")
+
+
+# ----------------------------------------------------------------------- ops
+def _submit(
+    store: Store,
+    name: str,
+    payload: Any = None,
+    key: str | None = None,
+    queue: str = "default",
+    conflict: str = "reuse",
+    max_attempts: int = 3,
+    priority: int = 0,
+    metadata: dict | None = None,
+    correlation_id: str | None = None,
+    run_at_delay_ms: int = 0,
+):
+    return store.submit(
+        name, payload, key=key, queue=queue, conflict=conflict, max_attempts=max_attempts,
+        priority=priority, metadata=metadata, correlation_id=correlation_id,
+        delay_ms=run_at_delay_ms,
+    )
+
+
+def _list(store: Store, filters: dict | None = None, **kwargs: Any):
+    # Scenarios may pass the filters flat or wrapped as {"filters": {...}}.
+    return store.list(**(filters or {}), **kwargs)
+
+
+def _claim(
+    store: Store,
+    queues: list[str],
+    worker_id: str,
+    lease_ms: int = 30000,
+    limit: int = 1,
+    names: list[str] | None = None,
+):
+    return store.claim(
+        queues=queues, worker_id=worker_id, lease_ms=lease_ms, limit=limit, names=names
+    )
+
+
+def _heartbeat_batch(store: Store, ids: list[str], worker_id: str, lease_ms: int = 30000):
+    held = store.heartbeat_batch(ids, worker_id, lease_ms)
+    # The store answers a map; scenarios read the rows still held, in asked order.
+    return [{"id": task_id, "cancel_requested": held[task_id]} for task_id in ids if task_id in held]
+
+
+def _purge(
+    store: Store,
+    older_than_ms: int = 0,
+    queue: str | None = None,
+    status: str | None = None,
+    name: str | None = None,
+    limit: int = 1000,
+):
+    return store.purge(
+        older_than_ms=older_than_ms, queue=queue, status=status, name=name, limit=limit
+    )
+
+
+def _sleep(store: Store, ms: int):
+    time.sleep(ms / 1000)
+
+
+OPS: dict[str, Callable[..., Any]] = {
+    "submit": _submit,
+    "get": lambda store, id: store.get(id),
+    "get_by_key": lambda store, key: store.get_by_key(key),
+    "get_status": lambda store, id: store.get_status(id),
+    "get_status_by_key": lambda store, key: store.get_status_by_key(key),
+    "list": _list,
+    "cancel": lambda store, id: store.cancel(id),
+    "cancel_by_key": lambda store, key: store.cancel_by_key(key),
+    "retry": lambda store, id, reset_attempt=False: store.retry(id, reset_attempt=reset_attempt),
+    "retry_by_key": lambda store, key, reset_attempt=False: store.retry_by_key(
+        key, reset_attempt=reset_attempt
+    ),
+    "purge": _purge,
+    "stats": lambda store, queue=None: store.stats(queue),
+    "queue_depth": lambda store, queue, max_depth: store.queue_depth(queue, max_depth),
+    "claim": _claim,
+    "heartbeat": lambda store, id, worker_id, lease_ms=30000: store.heartbeat(
+        id, worker_id, lease_ms
+    ),
+    "heartbeat_batch": _heartbeat_batch,
+    "progress": lambda store, id, worker_id, progress=None, message=None: store.progress(
+        id, worker_id, progress, message
+    ),
+    "succeed": lambda store, id, worker_id, result=None: store.succeed(id, worker_id, result),
+    "complete": lambda store, id, worker_id, result=None: store.complete(id, worker_id, result),
+    "fail": lambda store, id, worker_id, error, retryable=True, delay_ms=0: store.fail(
+        id, worker_id, error, retryable, delay_ms
+    ),
+    "sleep": _sleep,
+}
+
+
+def _bind(op: str, args: Any) -> Callable[[Store], Any]:
+    if op not in OPS:
+        raise StepFailed(f"Unknown op {op!r}; this runner knows {', '.join(sorted(OPS))}, expect.")
+    if not isinstance(args, dict):
+        raise StepFailed(f"The args of {op} must be an object, got {args!r}.")
+    function = OPS[op]
+    signature = inspect.signature(function)
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values())
+    if not takes_any:
+        unknown = set(args) - set(list(signature.parameters)[1:])
+        if unknown:
+            raise StepFailed(f"{op} has no argument {', '.join(sorted(unknown))}.")
+    try:
+        signature.bind(None, **args)
+    except TypeError as exc:
+        raise StepFailed(f"{op} was called with the wrong arguments: {exc}.") from exc
+    return lambda store: function(store, **args)
+
+
+# -------------------------------------------------------------------- steps
+def _run_step(store: Store, step: Any, saved: dict[str, Any]) -> None:
+    if not isinstance(step, dict) or not isinstance(step.get("op"), str):
+        raise StepFailed(f"A step must be an object with a string 'op', got {step!r}.")
+    op = step["op"]
+    if op == "expect":
+        unknown = set(step) - EXPECT_STEP_KEYS
+        if unknown:
+            raise StepFailed(f"An expect step has no key {', '.join(sorted(unknown))}.")
+        if "target" not in step:
+            raise StepFailed("An expect step needs a 'target'.")
+        assertions = {key: step[key] for key in ASSERTIONS if key in step}
+        if not assertions:
+            raise StepFailed("An expect step needs at least one assertion.")
+        check(resolve(step["target"], saved), assertions, saved)
+        return
+
+    unknown = set(step) - STEP_KEYS
+    if unknown:
+        raise StepFailed(f"A {op} step has no key {', '.join(sorted(unknown))}.")
+    call = _bind(op, resolve(step.get("args", {}), saved))
+    expected_error = step.get("expectError")
+    try:
+        value = call(store)
+    except StepFailed:
+        raise
+    except Exception as exc:
+        kind = type(exc).__name__
+        if expected_error is None:
+            raise StepFailed(f"{op} raised {kind}: {exc}") from exc
+        if kind != expected_error:
+            raise StepFailed(f"{op} raised {kind} ({exc}), expected {expected_error}.") from exc
+        value = {"task_id": getattr(exc, "task_id", None), "type": kind}
+    else:
+        if expected_error is not None:
+            raise StepFailed(
+                f"{op} was expected to raise {expected_error} but returned {_describe(value)}."
+            )
+    if "save" in step:
+        if not isinstance(step["save"], str) or not step["save"]:
+            raise StepFailed(f"save takes an alias name, got {step['save']!r}.")
+        saved[step["save"]] = value
+    if "expect" in step:
+        if not isinstance(step["expect"], dict):
+            raise StepFailed(f"expect takes an object of assertions, got {step['expect']!r}.")
+        check(value, step["expect"], saved)
+
+
+def run_scenario(store: Store, scenario: dict[str, Any]) -> ScenarioResult:
+    """Run one scenario's steps in order and report the first that fails."""
+    name = str(scenario.get("name", "<unnamed>"))
+    unknown = set(scenario) - SCENARIO_KEYS
+    if unknown:
+        return ScenarioResult(
+            name=name, passed=False,
+            message=f"The scenario has unknown key {', '.join(sorted(unknown))}.",
+        )
+    steps = scenario.get("steps")
+    if not isinstance(steps, list) or not steps:
+        return ScenarioResult(name=name, passed=False, message="The scenario has no steps.")
+    saved: dict[str, Any] = {}
+    for number, step in enumerate(steps, start=1):
+        try:
+            _run_step(store, step, saved)
+        except StepFailed as exc:
+            op = step.get("op") if isinstance(step, dict) else None
+            return ScenarioResult(
+                name=name, passed=False, step=number, message=f"{op}: {exc}" if op else str(exc)
+            )
+    return ScenarioResult(name=name, passed=True)
+
+
+def clear_tasks(store: Store) -> None:
+    """Delete every CairnQ task and key row on the store's database."""
+    with store.atomic(), connections[store.using].cursor() as cursor:
+        for table in CAIRNQ_ROW_TABLES:
+            cursor.execute(f"DELETE FROM {table}")
+
+
+def run_scenarios(
+    store: Store,
+    scenarios: Iterable[dict[str, Any]],
+    on_result: Callable[[ScenarioResult], None] | None = None,
+) -> list[ScenarioResult]:
+    """Run scenarios one after another, each on empty CairnQ tables."""
+    results = []
+    for scenario in scenarios:
+        clear_tasks(store)
+        result = run_scenario(store, scenario)
+        results.append(result)
+        if on_result is not None:
+            on_result(result)
+    clear_tasks(store)
+    return results
