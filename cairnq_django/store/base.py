@@ -73,6 +73,11 @@ def _in(column: str, values: Sequence[Any], prefix: str, params: dict) -> str:
     return f"{column} IN ({', '.join(names)})"
 
 
+def _result_json(result: Any) -> str | None:
+    """Encode a handler's result; None is stored as SQL NULL, as the peers store it."""
+    return None if result is None else jsoncodec.dumps(result, what="result")
+
+
 def _check_positive(name: str, value: Any, minimum: int = 1) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}.")
@@ -616,7 +621,7 @@ class Store:
         return self._owned(
             f"status = 'succeeded', result = {j}, progress = 1.0, lease_until_ms = NULL,"
             f" completed_at_ms = {self._now}",
-            task_id, worker_id, {"result": jsoncodec.dumps(result, what="result")},
+            task_id, worker_id, {"result": _result_json(result)},
         )
 
     def complete(self, task_id: str, worker_id: str, result: Any = None) -> TaskRecord:
@@ -628,7 +633,7 @@ class Store:
             f" result = CASE WHEN {cancel} THEN result ELSE {j} END,"
             f" progress = CASE WHEN {cancel} THEN progress ELSE 1.0 END,"
             f" lease_until_ms = NULL, completed_at_ms = {self._now}",
-            task_id, worker_id, {"result": jsoncodec.dumps(result, what="result")},
+            task_id, worker_id, {"result": _result_json(result)},
         )
 
     def fail(
