@@ -1,0 +1,207 @@
+"""Delete finished tasks by the retention settings, once or on an interval."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError
+
+from cairnq_django.conf import cairnq_settings
+from cairnq_django.records import TERMINAL_STATUSES
+from cairnq_django.retention import (
+    SETTING,
+    RetentionSweeper,
+    format_duration,
+    parse_duration,
+    parse_retention,
+    rules_for_overrides,
+)
+
+
+def _duration(text: str) -> int:
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise CommandError(f"--older-than: {exc}") from None
+
+
+def _batch_size(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise CommandError(f"--batch-size must be a whole number of at least 1, not {text!r}.")
+    return value
+
+
+class Progress:
+    """Report a drain of more than one batch on stderr, at most every `every_s` seconds.
+
+    On a terminal the line is rewritten in place; otherwise (--progress into a
+    file or pipe) each report is its own line.
+    """
+
+    def __init__(self, stream, *, interactive: bool, every_s: float = 0.5) -> None:
+        self.stream = stream
+        self.interactive = interactive
+        self.every_s = every_s
+        self.batch_size = 0
+        self._last = 0.0
+        self._dirty = False
+
+    def __call__(self, rule, deleted: int) -> None:
+        now = time.monotonic()
+        if deleted <= self.batch_size or now - self._last < self.every_s:
+            return
+        self._last = now
+        line = f"{rule.describe()}: {deleted:,} deleted so far"
+        if self.interactive:
+            self._write(f"\r\x1b[K{line}")
+            self._dirty = True
+        else:
+            self._write(line + "\n")
+
+    def clear(self) -> None:
+        if self._dirty:
+            self._write("\r\x1b[K")
+            self._dirty = False
+
+    def _write(self, text: str) -> None:
+        # Plain text: the command's stderr wrapper would colour it as an error.
+        self.stream.write(text, style_func=str, ending="")
+        self.stream.flush()
+
+
+class Command(BaseCommand):
+    help = (
+        "Delete finished CairnQ tasks by settings.CAIRNQ['RETENTION'] in short batches. "
+        "Sweeps once unless --loop is given; --older-than/--status/--queue/--name make a "
+        "one-off sweep."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument(
+            "--loop", action="store_true",
+            help="Sweep every SWEEP_INTERVAL until SIGTERM or SIGINT.",
+        )
+        parser.add_argument(
+            "--dry-run", action="store_true",
+            help="Count what would be deleted; delete nothing.",
+        )
+        parser.add_argument(
+            "--older-than", metavar="AGE",
+            help="One-off cutoff instead of the settings: milliseconds or e.g. 30m, 2h, 7d.",
+        )
+        parser.add_argument(
+            "--status", action="append", default=[], choices=TERMINAL_STATUSES,
+            help="Only this finished status (repeatable).",
+        )
+        parser.add_argument("--queue", action="append", default=[], help="Only this queue (repeatable).")
+        parser.add_argument("--name", action="append", default=[], help="Only this task name (repeatable).")
+        parser.add_argument("--database", help="Database alias (default: settings.CAIRNQ['DATABASE']).")
+        parser.add_argument(
+            "--batch-size", metavar="N",
+            help="Rows per delete statement (default: settings.CAIRNQ['SWEEP_BATCH_SIZE']).",
+        )
+        parser.add_argument(
+            "--progress", action="store_true",
+            help="Show progress on stderr even when it is not a terminal.",
+        )
+
+    def handle(self, *args, **options):
+        using = options["database"] or cairnq_settings.DATABASE
+        if using not in settings.DATABASES:
+            raise CommandError(f"Database {using!r} is not in settings.DATABASES.")
+        rules = self._rules(options)
+        progress = None
+        if options["progress"] or self.stderr.isatty():
+            progress = Progress(self.stderr, interactive=self.stderr.isatty())
+        try:
+            sweeper = RetentionSweeper(
+                using=using,
+                rules=rules,
+                batch_size=_batch_size(options["batch_size"]) if options["batch_size"] else None,
+                dry_run=options["dry_run"],
+                on_batch=progress,
+                on_sweep=lambda results: self._report(results, progress, quiet_if_empty=True),
+            )
+        except ValueError as exc:
+            raise CommandError(str(exc)) from None
+        if progress is not None:
+            progress.batch_size = sweeper.batch_size
+        if options["loop"]:
+            self._loop(sweeper)
+        else:
+            self._report(sweeper.sweep_once(), progress, quiet_if_empty=False)
+
+    def _rules(self, options):
+        older_than = options["older_than"]
+        older_than_ms = _duration(older_than) if older_than is not None else None
+        configured = []
+        if older_than_ms is None:
+            try:
+                configured = parse_retention(cairnq_settings.raw("RETENTION"))
+            except ValueError as exc:
+                raise CommandError(str(exc)) from None
+            if not configured:
+                raise CommandError(
+                    f"Retention is off ({SETTING} is None). Configure it, or pass "
+                    "--older-than (e.g. --older-than 7d) for a one-off sweep."
+                )
+        rules = rules_for_overrides(
+            configured,
+            older_than_ms=older_than_ms,
+            statuses=options["status"],
+            queues=options["queue"],
+            names=options["name"],
+        )
+        if not rules:
+            raise CommandError(
+                f"No rule in {SETTING} covers the given --status/--queue/--name; nothing to "
+                "sweep. Pass --older-than to sweep them anyway."
+            )
+        return rules
+
+    def _loop(self, sweeper):
+        def on_signal(signum, frame):
+            # Only flag the stop here: the sweep runs on this very thread, so
+            # waiting for it inside the handler would wait forever. A second
+            # signal gets the default behaviour (exit now).
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+            sweeper.stop(timeout=0)
+
+        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+        self.stdout.write(
+            f"Sweeping database {sweeper.using!r} every {format_duration(sweeper.interval_ms)} "
+            "until SIGTERM or SIGINT."
+        )
+        self.stdout.flush()
+        try:
+            sweeper.run()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+        self.stdout.write("Stopped.")
+
+    def _report(self, results, progress, *, quiet_if_empty):
+        if progress is not None:
+            progress.clear()
+        verb = "Would delete" if any(r.dry_run for r in results) else "Deleted"
+        total = 0
+        for result in results:
+            total += result.deleted
+            if quiet_if_empty and not result.deleted and self.verbosity < 2:
+                continue
+            line = f"{verb} {result.deleted:,} {result.description}"
+            if not result.dry_run:
+                line += f" ({result.batches} batch{'es' if result.batches != 1 else ''})"
+            if not result.complete:
+                line += " (stopped early)"
+            self.stdout.write(line + ".")
+        if len(results) > 1 and (total or not quiet_if_empty or self.verbosity >= 2):
+            self.stdout.write(f"{verb} {total:,} tasks in all.")
+        self.stdout.flush()
