@@ -1,0 +1,223 @@
+"""Run one benchmark cell (system x backend x workload) and print its result as JSON.
+
+`python -m bench.cell WORKLOAD [--n N] [--setting "..."] ...` with BENCH_SYSTEM,
+BENCH_BACKEND and BENCH_DB in the environment; the database is fresh and
+already migrated (the harness copies it from a per-system template).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import statistics
+import subprocess
+import sys
+import time
+
+from .adapters import BACKEND, DB, SYSTEM, Probe, get_adapter
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LOG_DIR = os.environ.get("BENCH_LOG_DIR", "/tmp")
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def mono() -> float:
+    return time.clock_gettime(time.CLOCK_MONOTONIC)
+
+
+def pct(values: list[float], q: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(q * (len(values) - 1))))]
+
+
+class WorkerProcess:
+    """The system's own worker, started as its users would start it."""
+
+    def __init__(self, cmd: list[str], stamp: str | None = None) -> None:
+        env = dict(os.environ, DJANGO_SETTINGS_MODULE="bench.project.settings", PYTHONPATH=ROOT)
+        if stamp:
+            env["BENCH_STAMP"] = stamp
+        self.log = open(os.path.join(LOG_DIR, f"worker-{SYSTEM}-{BACKEND}.log"), "ab")
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=self.log, stderr=self.log)
+
+    def cpu_seconds(self) -> float:
+        with open(f"/proc/{self.proc.pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+    def check(self) -> None:
+        if self.proc.poll() is not None:
+            raise RuntimeError(f"The worker exited early with {self.proc.returncode}; see {self.log.name}.")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+
+def w1(adapter, args) -> dict:
+    start = mono()
+    for _ in range(args.n):
+        adapter.enqueue()
+    elapsed = mono() - start
+    return {"rate": args.n / elapsed, "elapsed": elapsed}
+
+
+def w1b(adapter, args) -> dict:
+    start = mono()
+    adapter.enqueue_bulk(args.n)
+    elapsed = mono() - start
+    return {"rate": args.n / elapsed, "elapsed": elapsed}
+
+
+def _drain(adapter, args, target: int, probe: Probe) -> dict:
+    """Run the worker until `target` no-op tasks finished; rate from completion times."""
+    worker = WorkerProcess(adapter.worker_cmd(args.setting))
+    deadline = mono() + args.timeout
+    try:
+        while True:
+            count, first, last = probe.done()
+            if count >= target:
+                break
+            worker.check()
+            if mono() > deadline:
+                raise RuntimeError(f"Drain timed out with {count}/{target} done.")
+            time.sleep(0.25)
+    finally:
+        worker.stop()
+    return {"rate": (count - 1) / (last - first), "done": count, "window": last - first}
+
+
+def w2(adapter, args) -> dict:
+    adapter.enqueue_bulk(args.n)
+    return _drain(adapter, args, args.n, Probe())
+
+
+class Stamps:
+    """Tail the file the handlers append '<seq> <monotonic>' lines to."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        open(path, "w").close()
+        self.f = open(path)
+        self.seen: dict[int, float] = {}
+        self.buf = ""
+
+    def wait_for(self, seq: int, timeout: float, worker: WorkerProcess) -> float:
+        deadline = mono() + timeout
+        while seq not in self.seen:
+            chunk = self.f.read()
+            if chunk:
+                self.buf += chunk
+                *lines, self.buf = self.buf.split("\n")
+                for line in lines:
+                    s, t = line.split()
+                    self.seen[int(s)] = float(t)
+                continue
+            if mono() > deadline:
+                worker.check()
+                raise RuntimeError(f"Task {seq} was not picked up within {timeout} s.")
+            time.sleep(0.0005)
+        return self.seen[seq]
+
+
+def w3(adapter, args) -> dict:
+    stamp_path = os.path.join(LOG_DIR, f"stamps-{SYSTEM}-{BACKEND}-{os.getpid()}.txt")
+    stamps = Stamps(stamp_path)
+    worker = WorkerProcess(adapter.worker_cmd(args.setting), stamp=stamp_path)
+    try:
+        adapter.enqueue(seq=-1)  # warm-up: the worker is up once this one ran
+        stamps.wait_for(-1, 60, worker)
+        time.sleep(1.0)
+        latencies = []
+        for seq in range(args.n):
+            # A random idle gap so each enqueue lands at a random point of any poll cycle.
+            time.sleep(random.uniform(0.1, 0.3))
+            adapter.enqueue(seq=seq)
+            returned = mono()
+            latencies.append((stamps.wait_for(seq, 30, worker) - returned) * 1000)
+        time.sleep(1.0)
+        cpu_before, t0 = worker.cpu_seconds(), mono()
+        time.sleep(args.idle)
+        idle_cpu = (worker.cpu_seconds() - cpu_before) / (mono() - t0) * 100
+    finally:
+        worker.stop()
+        os.unlink(stamp_path)
+    return {
+        "p50": statistics.median(latencies),
+        "p95": pct(latencies, 0.95),
+        "idle_cpu_pct": idle_cpu,
+        "samples": len(latencies),
+    }
+
+
+def w4(adapter, args) -> dict:
+    worker = WorkerProcess(adapter.worker_cmd(args.setting))
+    try:
+        adapter.call()  # warm-up
+        times = []
+        for _ in range(args.n):
+            start = mono()
+            adapter.call()
+            times.append((mono() - start) * 1000)
+    finally:
+        worker.stop()
+    return {"p50": statistics.median(times), "p95": pct(times, 0.95), "samples": len(times)}
+
+
+def w5(adapter, args) -> dict:
+    """Claim latency and drain rate of cairnq_django with `--rows` filler rows in the table."""
+    from . import fill
+
+    fill.fill(args.rows, args.filler)
+    adapter.enqueue_bulk(args.n)
+    from cairnq_django.store import get_store
+
+    store = get_store()
+    claims = []
+    for _ in range(args.claims):
+        start = mono()
+        tasks = store.claim(queues=["default"], worker_id="bench-claim", lease_ms=60_000, limit=1)
+        claims.append((mono() - start) * 1000)
+        for task in tasks:
+            store.complete(task.id, "bench-claim", None)
+    # The claims above completed some tasks; the drain counts the rest.
+    probe = Probe()
+    already = probe.done()[0]
+    drained = _drain(adapter, args, already + args.n - args.claims, probe)
+    return {
+        "claim_p50": statistics.median(claims),
+        "claim_p95": pct(claims, 0.95),
+        "rate": drained["rate"],
+    }
+
+
+WORKLOADS = {"w1": w1, "w1b": w1b, "w2": w2, "w3": w3, "w4": w4, "w5": w5}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("workload", choices=sorted(WORKLOADS))
+    parser.add_argument("--n", type=int, default=1000)
+    parser.add_argument("--setting", default=None)
+    parser.add_argument("--timeout", type=float, default=600)
+    parser.add_argument("--idle", type=float, default=5)
+    parser.add_argument("--rows", type=int, default=0)
+    parser.add_argument("--filler", choices=["queued", "succeeded"], default="queued")
+    parser.add_argument("--claims", type=int, default=100)
+    args = parser.parse_args()
+    adapter = get_adapter()
+    result = WORKLOADS[args.workload](adapter, args)
+    print(json.dumps(result), flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,290 @@
+"""Side-by-side benchmark of cairnq_django and its peers; run it through `bench/run`.
+
+Every cell (system x backend x workload) runs in its own process on a fresh
+database copied from a migrated per-system template, repeats `--reps` times,
+and is reported as median (min-max), as a ratio to the best peer and to the
+database's single-client commit limit measured in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+
+from . import limits
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PG = limits.PG
+SYSTEMS = ["cairnq_django", "django_tasks_db", "procrastinate", "cairnq"]
+BACKENDS = ["sqlite", "postgres"]
+WORKLOADS = ["w1", "w1b", "w2", "w2t", "w3", "w4", "w5"]
+
+# Volumes: (full, --quick).
+VOLUMES = {
+    "w1": (5_000, 500),
+    "w1b": (50_000, 5_000),
+    "w2": (5_000, 500),
+    "w3": (30, 10),
+    "w4": (50, 10),
+    "w5_small": (1_000, 1_000),
+    "w5_large": (1_000_000, 20_000),
+    "w5_drain": (3_000, 400),
+    "w5_claims": (200, 50),
+}
+
+# Settings tried for W2 "tuned", per system; the best by one run gets the reps.
+TUNING = {
+    "cairnq_django": ["--concurrency 16", "--concurrency 32"],
+    "django_tasks_db": ["--interval 0.01 --no-startup-delay"],
+    "procrastinate": ["--concurrency 8", "--concurrency 32"],
+    "cairnq": ["--concurrency 8", "--concurrency 32"],
+}
+DEFAULT_LABEL = {
+    "cairnq_django": "concurrency 8",
+    "django_tasks_db": "1 task at a time, interval 1 s",
+    "procrastinate": "concurrency 1",
+    "cairnq": "concurrency 1",
+}
+
+
+def log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+class Databases:
+    """Fresh, migrated databases per cell: Postgres via createdb -T, SQLite by file copy."""
+
+    def __init__(self, workdir: str) -> None:
+        self.workdir = workdir
+        os.makedirs(workdir, exist_ok=True)
+
+    def _pg(self, *args: str) -> None:
+        subprocess.run([args[0], *PG, *args[1:]], check=True, capture_output=True)
+
+    def template(self, system: str, backend: str) -> None:
+        name = self.name(system, backend, template=True)
+        if backend == "postgres":
+            self._pg("dropdb", "--if-exists", name)
+            self._pg("createdb", name)
+        else:
+            self._unlink(name)
+        env = self.env(system, backend, name)
+        if system == "cairnq":
+            code = (
+                "import asyncio, os\n"
+                "from bench.cairnq_sdk import client\n"
+                "async def go():\n"
+                "    c = client(os.environ['BENCH_BACKEND'], os.environ['BENCH_DB'])\n"
+                "    await c.connect()\n"
+                "    await c.close()\n"
+                "asyncio.run(go())\n"
+            )
+            cmd = [sys.executable, "-c", code]
+        else:
+            cmd = [sys.executable, "-m", "django", "migrate", "-v", "0"]
+        subprocess.run(cmd, cwd=ROOT, env=env, check=True)
+        if backend == "sqlite":
+            # Fold the WAL into the main file so a plain copy is complete.
+            import sqlite3
+
+            conn = sqlite3.connect(name)
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            conn.close()
+
+    def fresh(self, system: str, backend: str) -> str:
+        name = self.name(system, backend)
+        tpl = self.name(system, backend, template=True)
+        if backend == "postgres":
+            self._pg("dropdb", "--if-exists", name)
+            self._pg("createdb", "-T", tpl, name)
+        else:
+            self._unlink(name)
+            shutil.copyfile(tpl, name)
+        return name
+
+    def drop_all(self, system: str, backend: str) -> None:
+        for template in (False, True):
+            name = self.name(system, backend, template=template)
+            if backend == "postgres":
+                self._pg("dropdb", "--if-exists", name)
+            else:
+                self._unlink(name)
+
+    def name(self, system: str, backend: str, template: bool = False) -> str:
+        base = f"cairnq_bench_{system}" + ("_tpl" if template else "")
+        if backend == "postgres":
+            return base
+        return os.path.join(self.workdir, base + ".sqlite3")
+
+    def _unlink(self, path: str) -> None:
+        for suffix in ("", "-wal", "-shm"):
+            if os.path.exists(path + suffix):
+                os.unlink(path + suffix)
+
+    def env(self, system: str, backend: str, db: str) -> dict:
+        return dict(
+            os.environ,
+            BENCH_SYSTEM=system,
+            BENCH_BACKEND=backend,
+            BENCH_DB=db,
+            BENCH_LOG_DIR=self.workdir,
+            DJANGO_SETTINGS_MODULE="bench.project.settings",
+            PYTHONPATH=ROOT,
+        )
+
+
+def run_cell(dbs: Databases, system: str, backend: str, args: list[str]) -> dict:
+    """Run one repetition of a cell in a child process on a fresh database."""
+    db = dbs.fresh(system, backend)
+    out = subprocess.run(
+        [sys.executable, "-m", "bench.cell", *args],
+        cwd=ROOT, env=dbs.env(system, backend, db), capture_output=True, text=True,
+    )
+    if out.returncode != 0:
+        tail = "\n".join(out.stderr.strip().splitlines()[-6:])
+        raise RuntimeError(f"{system}/{backend} {' '.join(args)} failed:\n{tail}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def summarize(runs: list[dict]) -> dict:
+    """Median, min and max of every numeric field over the repetitions."""
+    keys = [k for k, v in runs[0].items() if isinstance(v, (int, float))]
+    return {
+        k: {
+            "median": statistics.median(r[k] for r in runs),
+            "min": min(r[k] for r in runs),
+            "max": max(r[k] for r in runs),
+        }
+        for k in keys
+    }
+
+
+def cell_args(workload: str, quick: bool) -> list[list[str]]:
+    """The cell invocations of a workload (W5 has several variants)."""
+    v = {k: str(val[1] if quick else val[0]) for k, val in VOLUMES.items()}
+    if workload == "w5":
+        base = ["w5", "--n", v["w5_drain"], "--claims", v["w5_claims"]]
+        return [
+            [*base, "--rows", v["w5_small"], "--filler", "queued"],
+            [*base, "--rows", v["w5_large"], "--filler", "queued"],
+            [*base, "--rows", v["w5_large"], "--filler", "succeeded"],
+        ]
+    return [[workload.rstrip("t") if workload == "w2t" else workload, "--n", v[workload.rstrip("t")]]]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="small volumes, 1 repetition")
+    parser.add_argument("--reps", type=int, default=None, help="repetitions per cell (default 3)")
+    parser.add_argument("--backends", default=",".join(BACKENDS))
+    parser.add_argument("--systems", default=",".join(SYSTEMS))
+    parser.add_argument("--workloads", default=",".join(WORKLOADS))
+    parser.add_argument("--limit-seconds", type=float, default=None)
+    parser.add_argument("--workdir", default="/tmp/cairnq_bench")
+    parser.add_argument("--write-docs", action="store_true",
+                        help="replace the results section of docs/benchmarks.md")
+    opts = parser.parse_args()
+    reps = opts.reps or (1 if opts.quick else 3)
+    backends = opts.backends.split(",")
+    systems = opts.systems.split(",")
+    workloads = opts.workloads.split(",")
+    dbs = Databases(opts.workdir)
+    limit_s = opts.limit_seconds or (3 if opts.quick else 10)
+    started = dt.datetime.now(dt.timezone.utc)
+    results: dict = {
+        "started": started.isoformat(timespec="seconds"),
+        "command": "bench/run " + " ".join(sys.argv[1:]),
+        "machine": f"{os.cpu_count()} cores, {platform.platform()}, Python {platform.python_version()}",
+        "reps": reps,
+        "limits": {},
+        "cells": [],
+    }
+    for backend in backends:
+        log(f"== {backend}: single-client INSERT+COMMIT limit")
+        if backend == "postgres":
+            rates = [limits.postgres_commits_per_s(limit_s, "cairnq_bench_limit") for _ in range(reps)]
+        else:
+            rates = [limits.sqlite_commits_per_s(limit_s, opts.workdir) for _ in range(reps)]
+        results["limits"][backend] = summarize([{"rate": r} for r in rates])["rate"]
+        log(f"   {results['limits'][backend]['median']:.0f} commits/s")
+        for system in systems:
+            if system == "procrastinate" and backend == "sqlite":
+                continue
+            log(f"== {backend}/{system}: migrating template")
+            dbs.template(system, backend)
+            for workload in workloads:
+                if workload == "w5" and system != "cairnq_django":
+                    continue
+                for args in cell_args(workload, opts.quick):
+                    settings = [None]
+                    if workload == "w2t":
+                        settings = _tune(dbs, system, backend, args)
+                    for setting in settings:
+                        full = args + (["--setting", setting] if setting else [])
+                        runs = []
+                        for rep in range(reps):
+                            try:
+                                runs.append(run_cell(dbs, system, backend, full))
+                            except RuntimeError as exc:
+                                log(f"   ERROR {exc}")
+                                break
+                        if not runs:
+                            continue
+                        summary = summarize(runs)
+                        cell = {
+                            "backend": backend, "system": system, "workload": workload,
+                            "args": full, "setting": setting, "summary": summary, "runs": runs,
+                        }
+                        results["cells"].append(cell)
+                        log(f"   {workload} {' '.join(full[1:])}: {_brief(summary)}")
+            dbs.drop_all(system, backend)
+    results["finished"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    from .report import render
+
+    table = render(results)
+    print(table)
+    out_dir = os.path.join(ROOT, "bench", "results")
+    os.makedirs(out_dir, exist_ok=True)
+    stamp = started.strftime("%Y%m%dT%H%M%SZ")
+    with open(os.path.join(out_dir, f"{stamp}.json"), "w") as f:
+        json.dump(results, f, indent=1)
+    with open(os.path.join(out_dir, f"{stamp}.md"), "w") as f:
+        f.write(table)
+    if opts.write_docs:
+        from .report import write_docs
+
+        write_docs(os.path.join(ROOT, "docs", "benchmarks.md"), table)
+    log(f"results: bench/results/{stamp}.json")
+
+
+def _tune(dbs: Databases, system: str, backend: str, args: list[str]) -> list[str]:
+    """Try each tuning candidate once; return the fastest as a one-item list."""
+    best, best_rate = None, -1.0
+    for setting in TUNING.get(system, []):
+        try:
+            rate = run_cell(dbs, system, backend, [*args, "--setting", setting])["rate"]
+        except RuntimeError as exc:
+            log(f"   tuning {setting!r} failed: {exc}")
+            continue
+        log(f"   tuning {setting}: {rate:.0f}/s")
+        if rate > best_rate:
+            best, best_rate = setting, rate
+    return [best] if best else []
+
+
+def _brief(summary: dict) -> str:
+    return ", ".join(
+        f"{k} {v['median']:.2f} ({v['min']:.2f}-{v['max']:.2f})" for k, v in summary.items()
+    )
+
+
+if __name__ == "__main__":
+    main()

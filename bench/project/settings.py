@@ -1,0 +1,62 @@
+"""Django settings for one benchmark cell, chosen by BENCH_* environment variables.
+
+BENCH_SYSTEM picks the installed apps (only the system under test), BENCH_BACKEND
+the database engine and BENCH_DB its name (Postgres) or file path (SQLite).
+"""
+
+import os
+
+SYSTEM = os.environ.get("BENCH_SYSTEM", "cairnq_django")
+BACKEND = os.environ.get("BENCH_BACKEND", "sqlite")
+DB = os.environ.get("BENCH_DB", "/tmp/cairnq_bench.sqlite3")
+
+SECRET_KEY = "bench-only"
+DEBUG = False
+USE_TZ = True
+TIME_ZONE = "UTC"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+ROOT_URLCONF = None
+
+_apps = {
+    "cairnq_django": ["cairnq_django"],
+    "django_tasks_db": ["django_tasks", "django_tasks_db"],
+    "procrastinate": ["procrastinate.contrib.django"],
+}
+INSTALLED_APPS = [*_apps.get(SYSTEM, []), "bench.benchapp"]
+
+if BACKEND == "postgres":
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.postgresql",
+            "NAME": DB,
+            "USER": os.environ.get("PGUSER", "root"),
+            "HOST": os.environ.get("PGHOST", "127.0.0.1"),
+            "PORT": os.environ.get("PGPORT", "5432"),
+        }
+    }
+else:
+    # The configuration the cairnq_django docs recommend (and its system check
+    # requires): BEGIN IMMEDIATE writes, WAL, synchronous=NORMAL. Every Django
+    # system in the bench gets the same one.
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": DB,
+            "OPTIONS": {
+                "transaction_mode": "IMMEDIATE",
+                "timeout": 30,
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL",
+            },
+        }
+    }
+
+TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
+CAIRNQ = {}
+PROCRASTINATE_IMPORT_PATHS = ["bench.benchapp.procrastinate_tasks"]
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "root": {"handlers": ["console"], "level": "WARNING"},
+}

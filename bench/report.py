@@ -1,0 +1,129 @@
+"""Render harness results as Markdown tables plus a target checklist."""
+
+from __future__ import annotations
+
+import re
+
+NAMES = {
+    "cairnq_django": "cairnq_django",
+    "django_tasks_db": "django-tasks-db",
+    "procrastinate": "Procrastinate",
+    "cairnq": "cairnq 0.15.1",
+}
+PEERS = ["django_tasks_db", "procrastinate", "cairnq"]
+# (workload, field, label, higher_is_better)
+ROWS = [
+    ("w1", "rate", "W1 enqueue one at a time (tasks/s)", True),
+    ("w1b", "rate", "W1b bulk enqueue (tasks/s)", True),
+    ("w2", "rate", "W2 drain, defaults (tasks/s)", True),
+    ("w2t", "rate", "W2 drain, best setting (tasks/s)", True),
+    ("w3", "p50", "W3 pickup p50 (ms)", False),
+    ("w3", "p95", "W3 pickup p95 (ms)", False),
+    ("w3", "idle_cpu_pct", "W3 idle worker CPU (% of a core)", False),
+    ("w4", "p50", "W4 call() round trip p50 (ms)", False),
+    ("w4", "p95", "W4 call() round trip p95 (ms)", False),
+]
+START, END = "<!-- bench:results:start -->", "<!-- bench:results:end -->"
+
+
+def _fmt(stat: dict, digits: int) -> str:
+    return f"{stat['median']:,.{digits}f} ({stat['min']:,.{digits}f}–{stat['max']:,.{digits}f})"
+
+
+def _digits(field: str, value: float) -> int:
+    if field == "rate":
+        return 0
+    return 1 if value >= 10 else 2
+
+
+def _cell(results: dict, backend: str, system: str, workload: str, args_prefix=None):
+    for cell in results["cells"]:
+        if (cell["backend"], cell["system"], cell["workload"]) != (backend, system, workload):
+            continue
+        if args_prefix and cell["args"][: len(args_prefix)] != args_prefix:
+            continue
+        return cell
+    return None
+
+
+def render(results: dict) -> str:
+    out = [
+        f"Run {results['started']} → {results['finished']} · {results['machine']} · "
+        f"{results['reps']} repetitions per cell, median (min–max)",
+        f"Command: `{results['command']}`",
+        "",
+    ]
+    for backend, limit in results["limits"].items():
+        systems = [s for s in NAMES if any(
+            c["backend"] == backend and c["system"] == s for c in results["cells"])]
+        out.append(f"### {'PostgreSQL' if backend == 'postgres' else 'SQLite'}")
+        out.append("")
+        out.append(
+            f"Database limit (one client, single-row INSERT+COMMIT): "
+            f"{_fmt(limit, 0)} commits/s"
+        )
+        out.append("")
+        out.append("| workload | " + " | ".join(NAMES[s] for s in systems)
+                   + " | ours ÷ best peer | ours vs DB limit |")
+        out.append("|---" * (len(systems) + 3) + "|")
+        for workload, field, label, higher in ROWS:
+            stats = {}
+            for s in systems:
+                cell = _cell(results, backend, s, workload)
+                if cell and field in cell["summary"]:
+                    stats[s] = cell["summary"][field]
+            if not stats:
+                continue
+            row = [label]
+            for s in systems:
+                if s in stats:
+                    text = _fmt(stats[s], _digits(field, stats[s]["median"]))
+                    cell = _cell(results, backend, s, workload)
+                    if workload == "w2t" and cell.get("setting"):
+                        text += f" `{cell['setting']}`"
+                    row.append(text)
+                else:
+                    row.append("—")
+            ours = stats.get("cairnq_django", {}).get("median")
+            peers = [stats[p]["median"] for p in PEERS if p in stats]
+            ratio = "—"
+            if ours and peers and field != "idle_cpu_pct":
+                best = max(peers) if higher else min(peers)
+                ratio = f"{(ours / best if higher else best / ours):.2f}×"
+            versus = "—"
+            if ours and field == "rate":
+                versus = f"{ours / limit['median'] * 100:.0f}%"
+            elif ours and field in ("p50", "p95"):
+                versus = f"{ours / (1000 / limit['median']):.1f} commit times"
+            out.append("| " + " | ".join(row + [ratio, versus]) + " |")
+        out.append("")
+        w5 = [c for c in results["cells"] if c["backend"] == backend and c["workload"] == "w5"]
+        if w5:
+            out.append("W5 scale (cairnq_django, defaults):")
+            out.append("")
+            out.append("| rows already in the table | claim p50 (ms) | claim p95 (ms) | drain (tasks/s) |")
+            out.append("|---|---|---|---|")
+            for cell in w5:
+                a = cell["args"]
+                rows = int(a[a.index("--rows") + 1])
+                kind = a[a.index("--filler") + 1]
+                s = cell["summary"]
+                out.append(
+                    f"| {rows:,} {kind} | {_fmt(s['claim_p50'], 2)} | {_fmt(s['claim_p95'], 2)} |"
+                    f" {_fmt(s['rate'], 0)} |"
+                )
+            out.append("")
+    return "\n".join(out) + "\n"
+
+
+def write_docs(path: str, table: str) -> None:
+    """Replace the text between the results markers of docs/benchmarks.md."""
+    with open(path) as f:
+        text = f.read()
+    block = f"{START}\n{table}{END}"
+    if START in text:
+        text = re.sub(re.escape(START) + ".*?" + re.escape(END), lambda m: block, text, flags=re.S)
+    else:
+        text += "\n" + block + "\n"
+    with open(path, "w") as f:
+        f.write(text)
