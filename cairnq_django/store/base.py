@@ -461,9 +461,11 @@ class Store:
         rows = self._rows(
             "DELETE FROM cairnq_tasks WHERE id IN (SELECT id FROM cairnq_tasks"
             f" WHERE {' AND '.join(where)} ORDER BY completed_at_ms ASC LIMIT %(limit)s"
-            f"{self.dialect.skip_locked}) RETURNING id",
+            f"{self.dialect.skip_locked}) RETURNING id, completed_at_ms",
             params,
         )
+        # RETURNING follows the delete's scan order, not the subselect's ORDER BY.
+        rows.sort(key=lambda row: (row["completed_at_ms"], row["id"]))
         return [row["id"] for row in rows]
 
     # ------------------------------------------------------------------ worker
