@@ -115,7 +115,7 @@ def test_correct_inline_scenario_passes(store):
          "expect": {"equals": {"status": "succeeded", "result": {"ok": True}},
                     "notNull": ["completed_at_ms"], "isNull": ["lease_until_ms"]}},
         {"op": "expect", "target": "$c.0.id", "equalsRef": "$t.id"},
-        {"op": "expect", "target": "$g.completed_at_ms", "greaterThanRef": "$t.created_at_ms"},
+        {"op": "expect", "target": "$c.0.lease_until_ms", "greaterThanRef": "$t.created_at_ms"},
     ))
     assert result.passed, str(result)
     assert str(result) == "PASS inline"
@@ -284,11 +284,14 @@ def _cli_env(tmp_path):
     return env
 
 
-def _run_cli(env, directory):
+def _run_cli(env, directory, *options, settings_flag=True):
+    command = [sys.executable, "-m", "cairnq_django.conformance", str(directory), *options]
+    if settings_flag:
+        command += ["--settings", "tests.settings"]
+    else:
+        env = {**env, "DJANGO_SETTINGS_MODULE": "tests.settings"}
     return subprocess.run(
-        [sys.executable, "-m", "cairnq_django.conformance", "--settings", "tests.settings",
-         str(directory)],
-        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300,
+        command, cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300
     )
 
 
@@ -320,7 +323,7 @@ def test_cli_exits_non_zero_on_a_failing_scenario(db, tmp_path):
                             "expect": {"equals": {"status": "running"}}})
     (folder / "a_good.json").write_text(json.dumps({**good, "name": "good"}))
     (folder / "b_bad.json").write_text(json.dumps({**bad, "name": "bad"}))
-    proc = _run_cli(_cli_env(tmp_path), folder)
+    proc = _run_cli(_cli_env(tmp_path), folder, settings_flag=False)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     lines = proc.stdout.splitlines()
     assert "PASS good" in lines
@@ -332,3 +335,20 @@ def test_cli_reports_a_missing_folder(tmp_path):
     proc = _run_cli(_cli_env(tmp_path), tmp_path / "nowhere")
     assert proc.returncode == 2
     assert "does not exist" in proc.stderr
+
+
+def test_cli_reports_an_unknown_database_alias(tmp_path):
+    (tmp_path / "one.json").write_text(json.dumps(scenario(SUBMIT)))
+    proc = _run_cli(_cli_env(tmp_path), tmp_path, "--database", "nosuch")
+    assert proc.returncode == 2
+    assert "There is no database alias 'nosuch' in DATABASES." in proc.stderr
+
+
+def test_cli_needs_settings(tmp_path):
+    env = _cli_env(tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "-m", "cairnq_django.conformance", str(tmp_path)],
+        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=60,
+    )
+    assert proc.returncode == 2
+    assert "Pass --settings or set DJANGO_SETTINGS_MODULE." in proc.stderr

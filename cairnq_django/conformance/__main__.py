@@ -38,10 +38,6 @@ def main(argv: list[str] | None = None) -> int:
     if not os.environ.get("DJANGO_SETTINGS_MODULE"):
         print("Pass --settings or set DJANGO_SETTINGS_MODULE.", file=sys.stderr)
         return 2
-    # The current directory is where a project's settings usually import from.
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())
-
     import django
 
     django.setup()
@@ -69,7 +65,9 @@ def main(argv: list[str] | None = None) -> int:
     test_name = connection.creation.create_test_db(verbosity=0, autoclobber=True, serialize=False)
     print(f"Running {len(scenarios)} scenarios on {connection.vendor} test database {test_name}.")
     try:
-        results = run_scenarios(get_store(alias), scenarios, on_result=lambda r: print(r, flush=True))
+        results = run_scenarios(
+            get_store(alias), scenarios, on_result=lambda result: print(result, flush=True)
+        )
     finally:
         connection.creation.destroy_test_db(real_name, verbosity=0)
     failed = sum(not result.passed for result in results)

@@ -286,7 +286,9 @@ def _claim(
 def _heartbeat_batch(store: Store, ids: list[str], worker_id: str, lease_ms: int = 30000):
     held = store.heartbeat_batch(ids, worker_id, lease_ms)
     # The store answers a map; scenarios read the rows still held, in asked order.
-    return [{"id": task_id, "cancel_requested": held[task_id]} for task_id in ids if task_id in held]
+    return [
+        {"id": task_id, "cancel_requested": held[task_id]} for task_id in ids if task_id in held
+    ]
 
 
 def _purge(
