@@ -40,6 +40,7 @@ from .errors import (
     TaskTimeout,
 )
 from .records import TaskRecord, TaskStatus
+from .worker import TaskContext, register, task
 
 # `list` mirrors the protocol's operation name; list_tasks avoids shadowing the builtin.
 list = list_tasks  # noqa: A001
@@ -57,6 +58,7 @@ __all__ = [
     "TaskFailed",
     "TaskRecord",
     "TaskStatus",
+    "TaskContext",
     "TaskTimeout",
     "acall",
     "acancel",
@@ -79,8 +81,10 @@ __all__ = [
     "list",
     "list_tasks",
     "purge",
+    "register",
     "retry",
     "stats",
+    "task",
     "wait",
     "wait_by_key",
 ]

@@ -1,0 +1,151 @@
+"""manage.py cairnq_worker: run the registered task handlers."""
+
+from __future__ import annotations
+
+import logging
+
+from django.core.management.base import BaseCommand, CommandError
+
+from ...conf import cairnq_settings
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise CommandError(f"Expected a positive integer, got {text!r}.") from None
+    if value < 1:
+        raise CommandError(f"Expected a positive integer, got {text!r}.")
+    return value
+
+
+def _non_negative_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise CommandError(f"Expected an integer >= 0, got {text!r}.") from None
+    if value < 0:
+        raise CommandError(f"Expected an integer >= 0, got {text!r}.")
+    return value
+
+
+class Command(BaseCommand):
+    help = (
+        "Run the CairnQ task handlers registered with @cairnq_django.task (in each "
+        "installed app's tasks.py) until SIGTERM/SIGINT. The first signal stops claiming "
+        "and lets running handlers finish for up to --shutdown-timeout; a second one exits "
+        "at once. Defaults come from settings.CAIRNQ."
+    )
+
+    def add_arguments(self, parser):
+        s = cairnq_settings
+        parser.add_argument(
+            "--queue", "-q", action="append", dest="queues", metavar="QUEUE",
+            help="Claim tasks from this queue; repeat for several. Default: "
+            "CAIRNQ['QUEUES'] plus any queue a handler declares "
+            f"(currently {', '.join(s.QUEUES) if not isinstance(s.QUEUES, str) else s.QUEUES}).",
+        )
+        parser.add_argument(
+            "--names", metavar="NAME[,NAME...]",
+            help="Only run these registered task names (comma-separated). Default: every "
+            "registered handler. Tasks with other names are left for other workers.",
+        )
+        parser.add_argument(
+            "--concurrency", "-c", type=_positive_int,
+            help="Handler calls running at once (sync handlers on threads, async ones on an "
+            "event loop; a batch is one call). Default: CAIRNQ['CONCURRENCY'] "
+            f"({s.CONCURRENCY}).",
+        )
+        parser.add_argument(
+            "--lease", type=_positive_int, metavar="MS",
+            help="Lease per claimed task in milliseconds; renewed every lease/3 while the "
+            "handler runs. A worker that dies loses its tasks to another worker after this "
+            f"long. Default: CAIRNQ['LEASE'] ({s.LEASE}).",
+        )
+        parser.add_argument(
+            "--poll", type=_positive_int, metavar="MS",
+            help="Idle sleep between polls in milliseconds (cut short by a notification "
+            f"where the database supports it). Default: CAIRNQ['POLL_INTERVAL'] "
+            f"({s.POLL_INTERVAL}).",
+        )
+        parser.add_argument(
+            "--max-run", type=_non_negative_int, metavar="MS",
+            help="Wall-clock ceiling per attempt in milliseconds; a handler still running "
+            "then is abandoned and its task fails retryably as 'handler_timeout'. 0 "
+            f"disables it. Default: CAIRNQ['MAX_RUN'] ({s.MAX_RUN}).",
+        )
+        parser.add_argument(
+            "--shutdown-timeout", type=_non_negative_int, metavar="MS",
+            help="On SIGTERM/SIGINT, how long to let running handlers finish before their "
+            "tasks are requeued for another worker. Default: CAIRNQ['SHUTDOWN_TIMEOUT'] "
+            f"({s.SHUTDOWN_TIMEOUT}).",
+        )
+        parser.add_argument(
+            "--burst", action="store_true",
+            help="Drain what is claimable now, wait for it to finish, then exit 0 "
+            "(for tests, cron and CI). Tasks scheduled for later are left queued.",
+        )
+        parser.add_argument(
+            "--database", metavar="ALIAS",
+            help="Database alias holding the CairnQ tables. Default: CAIRNQ['DATABASE'] "
+            f"({s.DATABASE!r}).",
+        )
+        parser.add_argument(
+            "--sweep", action="store_true",
+            help="Also run the retention sweeper (CAIRNQ['RETENTION']) in this process.",
+        )
+
+    def handle(self, *args, **options):
+        from ...worker import Worker
+
+        self._configure_logging(options["verbosity"])
+        names = None
+        if options["names"]:
+            names = [n.strip() for n in options["names"].split(",") if n.strip()]
+        max_run = options["max_run"]
+        try:
+            worker = Worker(
+                queues=options["queues"],
+                names=names,
+                concurrency=options["concurrency"],
+                lease_ms=options["lease"],
+                poll_ms=options["poll"],
+                max_run_ms=max_run if max_run != 0 else None,
+                shutdown_timeout_ms=options["shutdown_timeout"],
+                burst=options["burst"],
+                using=options["database"],
+                sweep=options["sweep"],
+            )
+        except ValueError as exc:
+            raise CommandError(str(exc)) from exc
+        if max_run == 0:
+            worker.max_run_ms = None
+        worker.install_signal_handlers()
+        worker.run()
+
+    def _configure_logging(self, verbosity: int) -> None:
+        """Show the start/end lines unless LOGGING already decides, or -v asks otherwise."""
+        logger = logging.getLogger("cairnq_django.worker")
+        if verbosity >= 2:
+            logger.setLevel(logging.DEBUG if verbosity >= 3 else logging.INFO)
+        elif verbosity == 0:
+            logger.setLevel(logging.WARNING)
+        if verbosity >= 1 and not logger.hasHandlers():
+            handler = logging.StreamHandler()
+            handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+            logger.addHandler(handler)
+            if logger.level == logging.NOTSET:
+                logger.setLevel(logging.INFO)
+        if verbosity >= 2 and logger.hasHandlers():
+            # A configured handler may filter INFO itself; -v 2 means "show me".
+            for handler in _handlers_of(logger):
+                if handler.level > logger.level:
+                    handler.setLevel(logger.level)
+
+
+def _handlers_of(logger: logging.Logger) -> list[logging.Handler]:
+    found, current = [], logger
+    while current is not None:
+        found.extend(current.handlers)
+        current = current.parent if current.propagate else None
+    return found

@@ -1,0 +1,16 @@
+"""The worker: handler registry, task context and the loop that runs them."""
+
+from .context import TaskContext
+from .registry import Registration, Registry, autodiscover, register, registry, task
+from .runner import Worker
+
+__all__ = [
+    "Registration",
+    "Registry",
+    "TaskContext",
+    "Worker",
+    "autodiscover",
+    "register",
+    "registry",
+    "task",
+]

@@ -1,0 +1,314 @@
+"""TaskContext: what a handler holds to report on, settle and extend its task.
+
+Every write through a context is ownership-checked by the store and also
+gated locally: once the worker flags the lease as lost (a heartbeat found the
+task taken over, or the attempt was abandoned for running too long or for
+shutdown), the context refuses further writes. The local gate matters because
+an abandoned attempt's task may be claimed again by this same worker id, and a
+zombie handler's write would then pass the store's ownership check.
+
+Methods are synchronous (Django's ORM is); async handlers use the `a`-prefixed
+twins, which run the same code on a database thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from functools import partial
+from typing import Any
+
+from django.db import close_old_connections, transaction
+
+from ..backpressure import wait_for_headroom
+from ..errors import LostLease
+from ..records import TaskRecord
+from ..store import Store
+from .backoff import retry_delay_ms
+from .envelopes import as_envelope
+
+# How long canceled() trusts its last read of the row; keeps a tight
+# `while not ctx.canceled()` loop from turning into a query storm.
+_CANCEL_READ_INTERVAL_S = 0.2
+
+
+class AtomicCompletion:
+    """Yielded by `ctx.atomic()`: set `.result` to store it with the completion."""
+
+    __slots__ = ("result",)
+
+    def __init__(self, result: Any) -> None:
+        self.result = result
+
+
+class TaskContext:
+    """One claimed task, as its handler sees it."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        task: TaskRecord,
+        worker_id: str,
+        lease_ms: int,
+        retry_backoff_base_ms: int = 1_000,
+        retry_backoff_cap_ms: int = 30_000,
+        db_executor: Any = None,
+    ) -> None:
+        self._store = store
+        self._task = task
+        self._worker_id = worker_id
+        self._lease_ms = lease_ms
+        self._backoff = (retry_backoff_base_ms, retry_backoff_cap_ms)
+        self._db_executor = db_executor
+        # Serializes "may I still write?" with the write itself, so the worker
+        # abandoning an attempt and the handler settling it cannot interleave.
+        self._lock = threading.RLock()
+        self._lost = threading.Event()
+        self._cancel_seen = False
+        self._cancel_read_at = 0.0
+        self.settled = False
+        #: The row as the settling write left it (None until settled here).
+        self.final: TaskRecord | None = None
+        #: (envelope, retryable, delay_ms) of the fail that settled it, if any.
+        self.failure: tuple[dict[str, Any], bool, int] | None = None
+        #: Set once the worker logged this attempt's end and sent its signal.
+        self.ended = False
+
+    def __repr__(self) -> str:
+        return f"<TaskContext {self.name} {self.task_id} attempt={self.attempt}>"
+
+    # ------------------------------------------------------------ task fields
+    @property
+    def task_id(self) -> str:
+        return self._task.id
+
+    @property
+    def name(self) -> str:
+        return self._task.name
+
+    @property
+    def queue(self) -> str:
+        return self._task.queue
+
+    @property
+    def attempt(self) -> int:
+        return self._task.attempt
+
+    @property
+    def max_attempts(self) -> int:
+        return self._task.max_attempts
+
+    @property
+    def payload(self) -> Any:
+        return self._task.payload
+
+    @property
+    def metadata(self) -> dict[str, Any]:
+        return self._task.metadata
+
+    @property
+    def root_id(self) -> str | None:
+        return self._task.root_id
+
+    @property
+    def parent_id(self) -> str | None:
+        return self._task.parent_id
+
+    @property
+    def correlation_id(self) -> str | None:
+        return self._task.correlation_id
+
+    @property
+    def worker_id(self) -> str:
+        return self._worker_id
+
+    @property
+    def record(self) -> TaskRecord:
+        """The row as it was claimed."""
+        return self._task
+
+    # ------------------------------------------------------------ lease state
+    @property
+    def lost_lease(self) -> bool:
+        """True once this attempt no longer owns the task; stop doing side effects."""
+        return self._lost.is_set()
+
+    def wait_lost_lease(self, timeout: float | None = None) -> bool:
+        """Block until the lease is lost (or timeout); return whether it was."""
+        return self._lost.wait(timeout)
+
+    def mark_lost_lease(self) -> None:
+        self._lost.set()
+
+    def observe_cancel(self, cancel_requested: bool) -> None:
+        if cancel_requested:
+            self._cancel_seen = True
+
+    def _require_lease(self) -> None:
+        if self._lost.is_set():
+            raise LostLease(self.task_id)
+
+    def _owned(self, write: Callable[[], TaskRecord]) -> TaskRecord:
+        with self._lock:
+            self._require_lease()
+            if self.settled:
+                # Already finished through this context: the row is terminal,
+                # and reporting that as a lost lease would be misleading.
+                raise LostLease(self.task_id)
+            try:
+                row = write()
+            except LostLease:
+                self._lost.set()
+                raise
+            self.observe_cancel(row.cancel_requested)
+            return row
+
+    # ------------------------------------------------------------ reporting
+    def progress(self, value: float | None, message: str | None = None) -> TaskRecord:
+        """Record progress (0..1) and/or a status message; None leaves a field as is."""
+        return self._owned(
+            lambda: self._store.progress(self.task_id, self._worker_id, value, message)
+        )
+
+    def heartbeat(self) -> TaskRecord:
+        """Renew the lease now (the worker already does this every lease/3)."""
+        return self._owned(
+            lambda: self._store.heartbeat(self.task_id, self._worker_id, self._lease_ms)
+        )
+
+    def canceled(self) -> bool:
+        """Return True if someone asked for this task to be canceled (or it is gone)."""
+        if self._cancel_seen:
+            return True
+        now = time.monotonic()
+        if now - self._cancel_read_at < _CANCEL_READ_INTERVAL_S:
+            return False
+        self._cancel_read_at = now
+        row = self._store.get(self.task_id)
+        if row is None or row.cancel_requested or row.status == "canceled":
+            self._cancel_seen = True
+        return self._cancel_seen
+
+    # ------------------------------------------------------------ settling
+    def succeed(self, result: Any = None) -> TaskRecord | None:
+        """Finish the task now with `result` (canceled instead if a cancel is pending).
+
+        Settling twice is a no-op that returns None.
+        """
+        with self._lock:
+            if self.settled:
+                return None
+            row = self._owned(lambda: self._store.complete(self.task_id, self._worker_id, result))
+            self._settle(row)
+            return row
+
+    def fail(
+        self, error: Any = "The task failed.", *, retryable: bool = True
+    ) -> TaskRecord | None:
+        """Fail the task now: retried with backoff while attempts remain, if retryable.
+
+        `error` is a reason string, an exception, a TaskError (its own
+        retryability wins) or an envelope dict. Settling twice is a no-op.
+        """
+        envelope, retryable = as_envelope(error, retryable)
+        with self._lock:
+            if self.settled:
+                return None
+            return self._fail_owned(envelope, retryable)
+
+    def _fail_owned(self, envelope: dict[str, Any], retryable: bool) -> TaskRecord:
+        delay = self.retry_delay_ms() if retryable else 0
+        row = self._owned(
+            lambda: self._store.fail(
+                self.task_id, self._worker_id, envelope, retryable=retryable, delay_ms=delay
+            )
+        )
+        self.failure = (envelope, retryable, delay)
+        self._settle(row)
+        return row
+
+    def retry_delay_ms(self) -> int:
+        base, cap = self._backoff
+        return retry_delay_ms(self.attempt, base_ms=base, cap_ms=cap)
+
+    def _settle(self, row: TaskRecord) -> None:
+        self.settled = True
+        self.final = row
+
+    @contextmanager
+    def atomic(self, result: Any = None) -> Iterator[AtomicCompletion]:
+        """Run the block's writes and this task's completion in ONE transaction.
+
+            with ctx.atomic() as done:
+                Invoice.objects.create(...)
+                done.result = {"invoice": invoice.pk}
+
+        If the lease is gone when the block ends, LostLease is raised inside
+        the transaction, so the block's writes roll back with it.
+        """
+        with self._lock:
+            if self.settled:
+                raise LostLease(self.task_id)
+        self._require_lease()
+        completion = AtomicCompletion(result)
+        with transaction.atomic(using=self._store.using):
+            yield completion
+            row = self._owned(
+                lambda: self._store.complete(self.task_id, self._worker_id, completion.result)
+            )
+        # Marked settled only once committed: a failed commit leaves the task
+        # to the worker (or to lease recovery), never silently "done".
+        with self._lock:
+            self._settle(row)
+
+    # ------------------------------------------------------------ children
+    def submit(self, name: str, payload: Any = None, **options: Any) -> TaskRecord:
+        """Submit a child task (parent_id, root_id and correlation_id are filled in).
+
+        Refused once the lease is lost: the attempt is being redone elsewhere,
+        and that retry will submit its own children.
+        """
+        self._require_lease()
+        options.setdefault("correlation_id", self.correlation_id)
+        options.setdefault("queue", "default")
+        key = options.pop("key", None)
+        conflict = options.pop("conflict", "reuse")
+        wait_for_headroom(self._store, options["queue"])
+        return self._store.submit(
+            name, payload, key=key, conflict=conflict,
+            parent_id=self.task_id, root_id=self.root_id or self.task_id, **options,
+        )
+
+    # ------------------------------------------------------------ async twins
+    async def _run_db(self, fn: Callable[[], Any]) -> Any:
+        def call() -> Any:
+            try:
+                return fn()
+            finally:
+                close_old_connections()
+
+        return await asyncio.get_running_loop().run_in_executor(self._db_executor, call)
+
+    async def aprogress(self, value: float | None, message: str | None = None) -> TaskRecord:
+        return await self._run_db(partial(self.progress, value, message))
+
+    async def aheartbeat(self) -> TaskRecord:
+        return await self._run_db(self.heartbeat)
+
+    async def acanceled(self) -> bool:
+        if self._cancel_seen:
+            return True
+        return await self._run_db(self.canceled)
+
+    async def asucceed(self, result: Any = None) -> TaskRecord | None:
+        return await self._run_db(partial(self.succeed, result))
+
+    async def afail(self, error: Any = "The task failed.", *, retryable: bool = True):
+        return await self._run_db(partial(self.fail, error, retryable=retryable))
+
+    async def asubmit(self, name: str, payload: Any = None, **options: Any) -> TaskRecord:
+        return await self._run_db(partial(self.submit, name, payload, **options))

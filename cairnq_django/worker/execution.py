@@ -1,0 +1,285 @@
+"""Running one handler call and settling the tasks it was given.
+
+A call is one invocation of a handler: one task, or a list of tasks for a
+name registered with `batch=`. When the call ends, every task it did not settle
+itself is settled by how it ended: a return completes them (a batch may return
+{task_id: result}), a raise fails them (a TaskError as it says, anything else
+retryably with backoff). A call the worker gives up on (it ran past max-run, or
+the worker is shutting down) is abandoned: its contexts are flagged lease-lost
+first, so the handler can no longer write, then its tasks fail retryably.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import partial
+from typing import Any
+
+from django.db import close_old_connections, connections
+from django.db.utils import InterfaceError, OperationalError
+
+from .. import signals
+from ..errors import LostLease, SerializationError
+from ..records import TaskRecord
+from ..store import Store
+from .context import TaskContext
+from .envelopes import as_envelope, unserializable_envelope
+from .registry import Registration
+
+logger = logging.getLogger("cairnq_django.worker")
+
+
+@dataclass(eq=False)
+class Call:
+    """One handler invocation in flight."""
+
+    registration: Registration
+    contexts: list[TaskContext]
+    started: float = field(default_factory=time.monotonic)
+    deadline: float | None = None
+    thread: threading.Thread | None = None
+    future: Any = None  # concurrent.futures.Future of an async call
+    abandoned: bool = False
+    released: bool = False
+    finished: threading.Event = field(default_factory=threading.Event)
+
+    @property
+    def name(self) -> str:
+        return self.registration.name
+
+    @property
+    def batched(self) -> bool:
+        return self.registration.batch is not None
+
+    def args(self) -> tuple[Any, ...]:
+        if self.batched:
+            return (self.contexts,)
+        ctx = self.contexts[0]
+        return (ctx, ctx.payload)
+
+    def live_contexts(self) -> list[TaskContext]:
+        return [c for c in self.contexts if not c.settled and not c.lost_lease]
+
+
+class Execution:
+    """Runs calls and settles their tasks on behalf of one Worker."""
+
+    def __init__(
+        self,
+        *,
+        worker: Any,
+        store: Store,
+        on_done: Callable[[Call], None],
+        report: Callable[..., None],
+    ) -> None:
+        self.worker = worker
+        self.store = store
+        self.on_done = on_done
+        self.report = report
+
+    # ------------------------------------------------------------ running
+    def run_sync(self, call: Call) -> None:
+        """Run a sync handler call on the current (handler) thread, then settle."""
+        call.thread = threading.current_thread()
+        close_old_connections()
+        try:
+            self.started(call)
+            try:
+                result = call.registration.fn(*call.args())
+            except Exception as exc:
+                self.finish_raised(call, exc)
+            else:
+                self.finish_returned(call, result)
+        except Exception as exc:  # a settle that failed: already logged per task
+            self.report(exc, phase="execute", task=call.name)
+        finally:
+            close_old_connections()
+            call.finished.set()
+            self.on_done(call)
+
+    async def run_async(self, call: Call, db_executor: Any) -> None:
+        """Run an async handler call on the event loop; database work goes to threads."""
+        loop = asyncio.get_running_loop()
+
+        def on_db(fn: Callable[[], Any]) -> Any:
+            def run() -> Any:
+                try:
+                    return fn()
+                finally:
+                    close_old_connections()
+
+            return loop.run_in_executor(db_executor, run)
+
+        try:
+            await on_db(partial(self.started, call))
+            try:
+                result = await call.registration.fn(*call.args())
+            except asyncio.CancelledError:
+                if not call.abandoned:
+                    raise
+                return  # abandoned: the worker has already settled its tasks
+            except Exception as exc:
+                await on_db(partial(self.finish_raised, call, exc))
+            else:
+                await on_db(partial(self.finish_returned, call, result))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self.report(exc, phase="execute", task=call.name)
+        finally:
+            call.finished.set()
+            self.on_done(call)
+
+    # ------------------------------------------------------------ settling
+    def finish_returned(self, call: Call, result: Any) -> None:
+        """Complete every task the call left unsettled."""
+        results = result if call.batched and isinstance(result, dict) else None
+        for ctx in call.contexts:
+            value = (results or {}).get(ctx.task_id) if call.batched else result
+            self._guarded(ctx, partial(self._complete, ctx, value))
+        self.ended(call)
+
+    def finish_raised(self, call: Call, exc: BaseException) -> None:
+        """Fail every task the call left unsettled, as the exception says."""
+        if not isinstance(exc, LostLease):
+            envelope, retryable = as_envelope(exc, True)
+            for ctx in call.contexts:
+                self._guarded(ctx, partial(self._fail, ctx, envelope, retryable))
+        self.ended(call, raised=exc)
+
+    def abandon(self, call: Call, envelope: dict[str, Any], *, delay_ms: int | None) -> None:
+        """Take the call's tasks away from its handler and fail them retryably.
+
+        `delay_ms=None` applies the usual backoff; shutdown passes 0 so the
+        tasks are claimable again at once rather than after a full lease.
+        """
+        call.abandoned = True
+        for ctx in call.contexts:
+            with ctx._lock:
+                if ctx.settled or ctx.lost_lease:
+                    ctx.mark_lost_lease()
+                    continue
+                ctx.mark_lost_lease()
+                delay = ctx.retry_delay_ms() if delay_ms is None else delay_ms
+                try:
+                    row = self._retrying(
+                        lambda: self.store.fail(
+                            ctx.task_id, ctx.worker_id, envelope, retryable=True, delay_ms=delay
+                        )
+                    )
+                except LostLease:
+                    continue
+                except Exception as exc:
+                    self.report(exc, phase="abandon", task=ctx.name, task_id=ctx.task_id)
+                    continue
+                ctx.failure = (envelope, True, delay)
+                ctx._settle(row)
+        self.ended(call)
+
+    def _guarded(self, ctx: TaskContext, settle: Callable[[], None]) -> None:
+        try:
+            settle()
+        except LostLease:
+            ctx.mark_lost_lease()
+        except Exception as exc:
+            # Left running: lease recovery settles it if this worker cannot.
+            self.report(exc, phase="settle", task=ctx.name, task_id=ctx.task_id)
+
+    def _complete(self, ctx: TaskContext, value: Any) -> None:
+        with ctx._lock:
+            if ctx.settled or ctx.lost_lease:
+                return
+            try:
+                row = self._retrying(
+                    lambda: ctx._owned(
+                        lambda: self.store.complete(ctx.task_id, ctx.worker_id, value)
+                    )
+                )
+            except SerializationError as exc:
+                ctx._fail_owned(unserializable_envelope(exc), False)
+                return
+            ctx._settle(row)
+
+    def _fail(self, ctx: TaskContext, envelope: dict[str, Any], retryable: bool) -> None:
+        with ctx._lock:
+            if ctx.settled or ctx.lost_lease:
+                return
+            self._retrying(lambda: ctx._fail_owned(envelope, retryable))
+
+    def _retrying(self, write: Callable[[], TaskRecord]) -> TaskRecord:
+        # A settle is worth one reconnect: the task is done, and losing the
+        # write to a connection the database dropped would re-run it.
+        try:
+            return write()
+        except (OperationalError, InterfaceError):
+            connections[self.store.using].close()
+            return write()
+
+    # ------------------------------------------------------------ reporting
+    def started(self, call: Call) -> None:
+        for ctx in call.contexts:
+            logger.info(
+                "Task %s %s attempt %d/%d started.",
+                ctx.name, ctx.task_id, ctx.attempt, ctx.max_attempts,
+            )
+            self._send(signals.task_started, task=ctx.record)
+
+    def ended(self, call: Call, raised: BaseException | None = None) -> None:
+        """Log one end line per task and send its signal, once per task."""
+        duration = time.monotonic() - call.started
+        for ctx in call.contexts:
+            with ctx._lock:
+                if ctx.ended or (not ctx.settled and not ctx.lost_lease):
+                    # Reported already, or undecided (a failed write that
+                    # lease recovery will settle): nothing to say now.
+                    continue
+                ctx.ended = True
+            self._end_one(ctx, duration, raised)
+
+    def _end_one(self, ctx: TaskContext, duration: float, raised: BaseException | None) -> None:
+        row = ctx.final
+        where = f"Task {ctx.name} {ctx.task_id} attempt {ctx.attempt}/{ctx.max_attempts}"
+        if row is None:
+            logger.warning(
+                "%s lost its lease after %.3fs; another worker owns it now and "
+                "nothing more was written for this attempt.", where, duration,
+            )
+            return
+        error = row.error if row.status != "succeeded" else None
+        code = error.get("code") if isinstance(error, dict) else None
+        if row.status == "succeeded":
+            logger.info("%s succeeded in %.3fs.", where, duration)
+            self._send(signals.task_succeeded, task=row, duration=duration)
+        elif row.status == "canceled":
+            logger.info("%s canceled in %.3fs.", where, duration)
+            self._send(signals.task_canceled, task=row, duration=duration)
+        elif row.status == "queued":
+            delay = ctx.failure[2] if ctx.failure else 0
+            logger.info(
+                "%s failed (%s) in %.3fs; retrying in %d ms.", where, code, duration, delay,
+                exc_info=raised if raised is not None and code == "handler_error" else None,
+            )
+            self._send(
+                signals.task_retrying, task=row, duration=duration, error=error, delay_ms=delay
+            )
+        else:
+            logger.warning(
+                "%s failed (%s) in %.3fs: %s", where, code, duration,
+                error.get("message") if isinstance(error, dict) else error,
+            )
+            self._send(signals.task_failed, task=row, duration=duration, error=error)
+
+    def _send(self, signal: Any, **kwargs: Any) -> None:
+        for receiver, response in signal.send_robust(
+            sender=type(self.worker), worker=self.worker, **kwargs
+        ):
+            if isinstance(response, Exception):
+                logger.error(
+                    "A receiver of a cairnq_django signal (%r) raised; the task is "
+                    "unaffected.", receiver, exc_info=response,
+                )

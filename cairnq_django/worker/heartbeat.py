@@ -1,0 +1,122 @@
+"""The heartbeat thread: one lease renewal per beat for every task in flight.
+
+It runs on its own thread with its own database connection, so a handler
+that keeps its own thread busy cannot stop it. What can stop it is the GIL: a
+C extension that computes without releasing it, or far more busy threads than
+CPUs, keeps this thread from waking on time. A beat that comes more than one
+interval late is therefore reported, because a beat later than the lease lets
+another worker recover the task and run it a second time.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+from django.db import connections
+from django.db.utils import Error as DatabaseError
+
+from ..store import Store
+from .context import TaskContext
+
+logger = logging.getLogger("cairnq_django.worker")
+
+# The thread also wakes this often to run `on_tick` (the max-run watchdog).
+_TICK_S = 0.25
+
+
+def heartbeat_interval_ms(lease_ms: int) -> int:
+    """Return lease/3 (two beats of slack before expiry), never under 50 ms."""
+    return max(50, lease_ms // 3)
+
+
+class Heartbeat(threading.Thread):
+    """Renew the leases of in-flight tasks every lease/3 until stopped."""
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        worker_id: str,
+        lease_ms: int,
+        in_flight: Callable[[], list[TaskContext]],
+        report: Callable[..., None],
+        on_tick: Callable[[], None] | None = None,
+    ) -> None:
+        super().__init__(name="cairnq-heartbeat", daemon=True)
+        self.store = store
+        self.worker_id = worker_id
+        self.lease_ms = lease_ms
+        self.interval_s = heartbeat_interval_ms(lease_ms) / 1000
+        self.in_flight = in_flight
+        self.report = report
+        self.on_tick = on_tick
+        self.late_beats = 0
+        self._stop_event = threading.Event()
+
+    def stop(self) -> None:
+        self._stop_event.set()
+
+    def run(self) -> None:
+        try:
+            due = time.monotonic() + self.interval_s
+            while not self._stop_event.is_set():
+                self._stop_event.wait(max(0.0, min(due - time.monotonic(), _TICK_S)))
+                now = time.monotonic()
+                if self.on_tick is not None:
+                    self._safely(self.on_tick)
+                if now < due:
+                    continue
+                late = now - due
+                if late > self.interval_s:
+                    self._warn_late(late)
+                self._safely(self.beat)
+                due = now + self.interval_s
+        finally:
+            connections.close_all()
+
+    def beat(self) -> None:
+        """Renew every live lease in one statement and flag the ones that are gone."""
+        live = [c for c in self.in_flight() if not c.settled and not c.lost_lease]
+        if not live:
+            return
+        try:
+            held = self.store.heartbeat_batch(
+                [c.task_id for c in live], self.worker_id, self.lease_ms
+            )
+        except DatabaseError:
+            # Reconnect on the next beat instead of reusing a broken connection.
+            connections[self.store.using].close()
+            raise
+        for ctx in live:
+            if ctx.task_id in held:
+                ctx.observe_cancel(held[ctx.task_id])
+            elif not ctx.settled:
+                # Settled while the beat was in flight is not a loss; re-check.
+                ctx.mark_lost_lease()
+                logger.warning(
+                    "Task %s %s lost its lease (another worker recovered it, or it was "
+                    "finished elsewhere); this attempt will write nothing more.",
+                    ctx.name, ctx.task_id,
+                )
+
+    def _warn_late(self, late_s: float) -> None:
+        self.late_beats += 1
+        tasks = len(self.in_flight())
+        logger.warning(
+            "The heartbeat ran %d ms late (interval %d ms, lease %d ms). Something held the "
+            "GIL or starved this worker of CPU: a handler calling a C extension that does "
+            "not release the GIL, or more busy threads than the machine has cores. The "
+            "leases of %d in-flight task(s) are at risk: a beat later than the lease lets "
+            "another worker run the same task again. Move such work to a subprocess, lower "
+            "--concurrency, or raise --lease.",
+            late_s * 1000, self.interval_s * 1000, self.lease_ms, tasks,
+        )
+
+    def _safely(self, fn: Callable[[], None]) -> None:
+        try:
+            fn()
+        except Exception as exc:
+            self.report(exc, phase="heartbeat")

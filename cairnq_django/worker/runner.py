@@ -1,0 +1,533 @@
+"""The Worker: claim due tasks for the registered names and run them until stopped.
+
+The loop asks a read-only question first (is anything claimable?) and only
+then opens the one short write transaction that recovers expired leases and
+claims. No transaction is held while a handler runs. Names registered with a
+batch size or their own concurrency draw their own quota; all other names share
+one draw; the order of draws rotates between polls so no name starves.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import sys
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import connections
+from django.utils.module_loading import import_string
+
+from ..conf import cairnq_settings
+from ..ids import ulid
+from ..records import TaskRecord
+from ..store import get_store
+from .context import TaskContext
+from .envelopes import shutdown_envelope, timeout_envelope
+from .execution import Call, Execution
+from .heartbeat import Heartbeat
+from .pools import EventLoopThread, HandlerThreads
+from .registry import Registration, Registry, autodiscover
+from .registry import registry as default_registry
+
+logger = logging.getLogger("cairnq_django.worker")
+
+# Reconnect backoff after the loop's own database work fails.
+_DB_RETRY_FIRST_S = 0.25
+_DB_RETRY_MAX_S = 5.0
+# Upper bound on any single wait of the loop, so stop() is noticed promptly.
+_SLICE_S = 0.2
+
+
+@dataclass(frozen=True)
+class _Source:
+    """One draw: the names claimed together and the tasks each call takes."""
+
+    names: tuple[str, ...]
+    batch: int
+    concurrency: int | None
+
+
+class Worker:
+    """Run the registered handlers for tasks in `queues` until stopped."""
+
+    def __init__(
+        self,
+        *,
+        queues: Sequence[str] | None = None,
+        names: Sequence[str] | None = None,
+        concurrency: int | None = None,
+        lease_ms: int | None = None,
+        poll_ms: int | None = None,
+        max_run_ms: int | None = None,
+        shutdown_timeout_ms: int | None = None,
+        retry_backoff_base_ms: int | None = None,
+        retry_backoff_cap_ms: int | None = None,
+        burst: bool = False,
+        using: str | None = None,
+        sweep: bool = False,
+        registry: Registry | None = None,
+        discover: bool = True,
+        on_error: Any = None,
+    ) -> None:
+        if discover and registry is None:
+            autodiscover()
+        self.registry = registry or default_registry
+        self.using = using or cairnq_settings.DATABASE
+        self.store = get_store(self.using)
+        self.concurrency = _positive("concurrency", concurrency or cairnq_settings.CONCURRENCY)
+        self.lease_ms = _positive("lease", lease_ms or cairnq_settings.LEASE)
+        self.poll_ms = _positive("poll", poll_ms or cairnq_settings.POLL_INTERVAL)
+        max_run = max_run_ms if max_run_ms is not None else cairnq_settings.MAX_RUN
+        self.max_run_ms = _positive("max-run", max_run) if max_run else None
+        shutdown = (
+            shutdown_timeout_ms if shutdown_timeout_ms is not None
+            else cairnq_settings.SHUTDOWN_TIMEOUT
+        )
+        self.shutdown_timeout_ms = max(0, int(shutdown or 0))
+        self.retry_backoff_base_ms = (
+            retry_backoff_base_ms if retry_backoff_base_ms is not None
+            else cairnq_settings.RETRY_BACKOFF_BASE
+        ) or 0
+        self.retry_backoff_cap_ms = (
+            retry_backoff_cap_ms if retry_backoff_cap_ms is not None
+            else cairnq_settings.RETRY_BACKOFF_CAP
+        ) or 0
+        self.burst = burst
+        self.sweep = sweep
+        self.handlers = self._select_handlers(names)
+        self.queues = self._select_queues(queues)
+        self.worker_id = f"worker_{ulid()}"
+        self._on_error = self._load_on_error(on_error)
+        self._sources = self._build_sources()
+        self._rotation = 0
+
+        self._lock = threading.Lock()
+        self._in_flight: dict[int, Call] = {}
+        self._calls_by_name: dict[str, int] = defaultdict(int)
+        self._changed = threading.Event()
+        self._stopping = False
+        self._signals_seen = 0
+        self.execution = Execution(
+            worker=self, store=self.store, on_done=self._release, report=self.report
+        )
+        self._threads: HandlerThreads | None = None
+        self._loop_thread: EventLoopThread | None = None
+        self._heartbeat: Heartbeat | None = None
+        self._sweeper: Any = None
+        self._sweeper_thread: threading.Thread | None = None
+        self._wakeup: Any = None
+        self.tasks_started = 0
+
+    # ------------------------------------------------------------ configuration
+    def _select_handlers(self, names: Sequence[str] | None) -> dict[str, Registration]:
+        handlers = dict(self.registry.handlers)
+        if names is None:
+            return handlers
+        unknown = sorted(set(names) - set(handlers))
+        if unknown:
+            known = ", ".join(sorted(handlers)) or "none"
+            raise ValueError(
+                f"No handler is registered for {', '.join(map(repr, unknown))}; "
+                f"registered task names: {known}."
+            )
+        return {name: handlers[name] for name in names}
+
+    def _select_queues(self, queues: Sequence[str] | None) -> list[str]:
+        if queues:
+            return list(dict.fromkeys(queues))
+        configured = cairnq_settings.QUEUES
+        if isinstance(configured, str):
+            configured = [configured]
+        # Handlers that declare a queue are served without repeating it in settings.
+        declared = [r.queue for r in self.handlers.values() if r.queue]
+        return list(dict.fromkeys([*configured, *declared])) or ["default"]
+
+    def _build_sources(self) -> list[_Source]:
+        sources, shared = [], []
+        for name, reg in sorted(self.handlers.items()):
+            if reg.draws_alone:
+                sources.append(_Source((name,), reg.batch or 1, reg.concurrency))
+            else:
+                shared.append(name)
+        if shared:
+            sources.append(_Source(tuple(shared), 1, None))
+        return sources
+
+    def _load_on_error(self, on_error: Any) -> Any:
+        hook = on_error if on_error is not None else cairnq_settings.ON_ERROR
+        if isinstance(hook, str):
+            return import_string(hook)
+        return hook
+
+    # ------------------------------------------------------------ reporting
+    def report(self, exc: BaseException, **context: Any) -> None:
+        """Log an error the worker survived and pass it to the ON_ERROR hook."""
+        context.setdefault("worker_id", self.worker_id)
+        logger.error(
+            "The worker recovered from an error (%s): %s",
+            ", ".join(f"{k}={v}" for k, v in context.items()), exc,
+            exc_info=(type(exc), exc, exc.__traceback__),
+        )
+        if self._on_error is None:
+            return
+        try:
+            self._on_error(exc, dict(context))
+        except Exception:
+            logger.exception("The CAIRNQ['ON_ERROR'] hook raised; ignoring it.")
+
+    # ------------------------------------------------------------ control
+    def stop(self) -> None:
+        """Stop claiming; run() then drains in-flight calls and returns."""
+        self._stopping = True
+        self._changed.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
+    def install_signal_handlers(self) -> None:
+        """SIGTERM/SIGINT stop the worker gracefully; a second one exits at once."""
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, self._on_signal)
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        self._signals_seen += 1
+        name = signal.Signals(signum).name
+        if self._signals_seen > 1:
+            logger.warning("Received %s again; exiting now without waiting.", name)
+            for handler in logging.getLogger().handlers + logger.handlers:
+                try:
+                    handler.flush()
+                except Exception:
+                    pass
+            sys.stderr.flush()
+            os._exit(1)
+        # Only a flag here: a signal handler must not take locks the
+        # interrupted code may hold. The loop waits in short slices.
+        self._stopping = True
+        logger.warning(
+            "Received %s; no new tasks will be claimed. Waiting up to %d ms for %d running "
+            "call(s); send it again to exit at once.",
+            name, self.shutdown_timeout_ms, len(self._in_flight),
+        )
+
+    # ------------------------------------------------------------ running
+    def run(self) -> None:
+        """Claim and run tasks until stopped (or, with burst, until none is claimable)."""
+        self._start()
+        try:
+            self._loop()
+        finally:
+            self._shutdown()
+
+    def _start(self) -> None:
+        if not self.handlers:
+            logger.warning(
+                "No task handlers are registered; this worker will claim nothing. Register "
+                "handlers with @cairnq_django.task in an installed app's tasks.py."
+            )
+        logger.info(
+            "cairnq worker %s starting on database %r (%s): queues %s; handlers %s; "
+            "concurrency %d; lease %d ms; poll %d ms; max-run %s; pid %d on %s.",
+            self.worker_id, self.using, self.store.dialect.vendor,
+            ", ".join(self.queues), ", ".join(sorted(self.handlers)) or "(none)",
+            self.concurrency, self.lease_ms, self.poll_ms,
+            f"{self.max_run_ms} ms" if self.max_run_ms else "none",
+            os.getpid(), socket.gethostname(),
+        )
+        self._threads = HandlerThreads(self.concurrency)
+        if any(not reg.is_async for reg in self.handlers.values()):
+            self._threads.start()
+        if any(reg.is_async for reg in self.handlers.values()):
+            self._loop_thread = EventLoopThread(self.concurrency)
+            self._loop_thread.start()
+        self._heartbeat = Heartbeat(
+            store=self.store, worker_id=self.worker_id, lease_ms=self.lease_ms,
+            in_flight=self._in_flight_contexts, report=self.report, on_tick=self._watchdog,
+        )
+        self._heartbeat.start()
+        if self.sweep:
+            self._start_sweeper()
+
+    def _loop(self) -> None:
+        retry_s = _DB_RETRY_FIRST_S
+        while not self._stopping:
+            # Cleared before looking, so a call finishing after this point is seen.
+            self._changed.clear()
+            free = self.concurrency - len(self._in_flight)
+            if free <= 0:
+                self._wait_for_change(self.poll_ms / 1000)
+                continue
+            try:
+                claimed = self._poll(free)
+            except Exception as exc:
+                self.report(exc, phase="claim")
+                _close_connection(self.using)
+                logger.warning(
+                    "Claiming failed; retrying in %.2fs (the database may be restarting).",
+                    retry_s,
+                )
+                self._sleep(retry_s)
+                retry_s = min(_DB_RETRY_MAX_S, retry_s * 2)
+                continue
+            retry_s = _DB_RETRY_FIRST_S
+            if claimed:
+                continue
+            if self.burst:
+                if not self._in_flight:
+                    logger.info("Burst mode: nothing left to claim; stopping.")
+                    return
+                # A running call may still enqueue children or retries.
+                self._wait_for_change(self.poll_ms / 1000)
+                continue
+            self._idle()
+
+    def _poll(self, free: int) -> int:
+        """Probe, then claim up to `free` calls' worth of tasks; return calls started."""
+        names = sorted(self.handlers)
+        if not names or not self.store.has_claimable(queues=self.queues, names=names):
+            return 0
+        start = self._rotation % len(self._sources)
+        self._rotation += 1
+        pending = self._sources[start:] + self._sources[:start]
+        started = 0
+        while free > 0 and pending:
+            draws, drawn, left = [], [], free
+            for source in pending:
+                quota = min(left, self._headroom(source))
+                if quota <= 0:
+                    continue
+                draws.append((list(source.names), quota * source.batch))
+                drawn.append(source)
+                left -= quota
+            if not draws:
+                break
+            rows = self.store.claim(
+                queues=self.queues, worker_id=self.worker_id, lease_ms=self.lease_ms,
+                draws=draws,
+            )
+            pending = [s for s in pending if s not in drawn]
+            calls = self._split(rows)
+            for call in calls:
+                self._dispatch(call)
+            started += len(calls)
+            free -= len(calls)
+        return started
+
+    def _headroom(self, source: _Source) -> int:
+        if source.concurrency is None:
+            return self.concurrency
+        with self._lock:
+            return source.concurrency - self._calls_by_name[source.names[0]]
+
+    def _split(self, rows: list[TaskRecord]) -> list[Call]:
+        by_name: dict[str, list[TaskRecord]] = defaultdict(list)
+        for row in rows:
+            by_name[row.name].append(row)
+        calls = []
+        now = time.monotonic()
+        deadline = now + self.max_run_ms / 1000 if self.max_run_ms else None
+        for name, tasks in by_name.items():
+            reg = self.handlers[name]
+            size = reg.batch or 1
+            for i in range(0, len(tasks), size):
+                contexts = [self._context(task) for task in tasks[i : i + size]]
+                calls.append(Call(registration=reg, contexts=contexts, deadline=deadline))
+        return calls
+
+    def _context(self, task: TaskRecord) -> TaskContext:
+        return TaskContext(
+            store=self.store, task=task, worker_id=self.worker_id, lease_ms=self.lease_ms,
+            retry_backoff_base_ms=self.retry_backoff_base_ms,
+            retry_backoff_cap_ms=self.retry_backoff_cap_ms,
+            db_executor=self._loop_thread.db_executor if self._loop_thread else None,
+        )
+
+    def _dispatch(self, call: Call) -> None:
+        with self._lock:
+            self._in_flight[id(call)] = call
+            self._calls_by_name[call.name] += 1
+            self.tasks_started += len(call.contexts)
+        if call.registration.is_async:
+            assert self._loop_thread is not None
+            call.future = self._loop_thread.submit(
+                self.execution.run_async(call, self._loop_thread.db_executor)
+            )
+        else:
+            assert self._threads is not None
+            self._threads.submit(lambda: self.execution.run_sync(call))
+
+    def _release(self, call: Call) -> None:
+        with self._lock:
+            if call.released:
+                return
+            call.released = True
+            self._in_flight.pop(id(call), None)
+            self._calls_by_name[call.name] -= 1
+        self._changed.set()
+
+    def _in_flight_contexts(self) -> list[TaskContext]:
+        with self._lock:
+            calls = list(self._in_flight.values())
+        return [ctx for call in calls for ctx in call.contexts]
+
+    # ------------------------------------------------------------ abandoning
+    def _watchdog(self) -> None:
+        """Abandon calls that outran max-run (runs on the heartbeat thread)."""
+        if not self.max_run_ms:
+            return
+        now = time.monotonic()
+        with self._lock:
+            overdue = [
+                c for c in self._in_flight.values() if c.deadline is not None and now >= c.deadline
+            ]
+        for call in overdue:
+            logger.warning(
+                "The handler for %s ran longer than max-run (%d ms); abandoning it: %s.",
+                call.name, self.max_run_ms, ", ".join(c.task_id for c in call.contexts),
+            )
+            self._abandon(call, timeout_envelope(call.name, self.max_run_ms), delay_ms=None)
+
+    def _abandon(self, call: Call, envelope: dict[str, Any], *, delay_ms: int | None) -> None:
+        self.execution.abandon(call, envelope, delay_ms=delay_ms)
+        if call.future is not None:
+            call.future.cancel()
+        elif self._threads is not None:
+            self._threads.retire(call.thread)
+        self._release(call)
+
+    # ------------------------------------------------------------ waiting
+    def _wait_for_change(self, timeout_s: float) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not self._stopping:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or self._changed.wait(min(remaining, _SLICE_S)):
+                return
+
+    def _sleep(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while not self._stopping and time.monotonic() < deadline:
+            time.sleep(min(_SLICE_S, max(0.0, deadline - time.monotonic())))
+
+    def _idle(self) -> None:
+        """Sleep a poll interval, cut short by a wakeup signal where available."""
+        wakeup = self._get_wakeup()
+        deadline = time.monotonic() + self.poll_ms / 1000
+        while not self._stopping:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            step = min(remaining, 0.5)
+            if wakeup is None:
+                time.sleep(min(step, _SLICE_S))
+                continue
+            try:
+                if wakeup.wait_for_queued(self.queues, step):
+                    return
+            except Exception as exc:
+                self.report(exc, phase="wakeup")
+                self._wakeup = False  # polling from now on
+                wakeup = None
+
+    def _get_wakeup(self) -> Any:
+        if self._wakeup is None:
+            try:
+                from ..wakeup import get_wakeup
+            except ImportError:
+                self._wakeup = False
+            else:
+                try:
+                    self._wakeup = get_wakeup(self.using)
+                except Exception as exc:
+                    self.report(exc, phase="wakeup")
+                    self._wakeup = False
+        return self._wakeup or None
+
+    # ------------------------------------------------------------ retention
+    def _start_sweeper(self) -> None:
+        try:
+            from ..retention import RetentionSweeper
+        except ImportError:
+            logger.warning("--sweep was given but cairnq_django.retention is not available.")
+            return
+        try:
+            self._sweeper = RetentionSweeper.from_settings(self.using)
+        except Exception as exc:
+            self.report(exc, phase="sweep")
+            return
+
+        def sweep() -> None:
+            try:
+                self._sweeper.run()
+            except Exception as exc:
+                self.report(exc, phase="sweep")
+            finally:
+                connections.close_all()
+
+        self._sweeper_thread = threading.Thread(target=sweep, name="cairnq-sweeper", daemon=True)
+        self._sweeper_thread.start()
+
+    # ------------------------------------------------------------ shutdown
+    def _shutdown(self) -> None:
+        deadline = time.monotonic() + self.shutdown_timeout_ms / 1000
+        if self._in_flight:
+            logger.info(
+                "Waiting up to %d ms for %d running call(s).",
+                self.shutdown_timeout_ms, len(self._in_flight),
+            )
+        while self._in_flight and time.monotonic() < deadline:
+            self._changed.clear()
+            self._changed.wait(min(_SLICE_S, max(0.0, deadline - time.monotonic())))
+        with self._lock:
+            leftover = list(self._in_flight.values())
+        for call in leftover:
+            logger.warning(
+                "Abandoning %s (%s) at shutdown; it is requeued for another worker now.",
+                call.name, ", ".join(c.task_id for c in call.contexts),
+            )
+            try:
+                self._abandon(call, shutdown_envelope(call.name), delay_ms=0)
+            except Exception as exc:
+                self.report(exc, phase="shutdown")
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
+            self._heartbeat.join(5)
+        if self._sweeper is not None:
+            try:
+                self._sweeper.stop(timeout=5)
+            except Exception as exc:
+                self.report(exc, phase="sweep")
+        if self._threads is not None:
+            self._threads.stop()
+        if self._loop_thread is not None:
+            self._loop_thread.stop()
+        if self._wakeup:
+            try:
+                self._wakeup.close()
+            except Exception:
+                pass
+        _close_connection(self.using)
+        logger.info(
+            "cairnq worker %s stopped after starting %d task(s).",
+            self.worker_id, self.tasks_started,
+        )
+
+
+def _positive(option: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"--{option} must be a positive integer, got {value!r}.")
+    return value
+
+
+def _close_connection(using: str) -> None:
+    try:
+        connections[using].close()
+    except Exception:
+        pass

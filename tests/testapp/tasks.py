@@ -1,0 +1,124 @@
+"""Handlers the worker tests run in real worker processes."""
+
+import asyncio
+import os
+import time
+
+from django.db import connections
+
+from cairnq_django import TaskError, task
+
+RUNS_TABLE = "worker_test_runs"
+
+
+def record_run(ctx, note: str = "") -> None:
+    """Insert one row per handler run (outside any task transaction)."""
+    with connections["default"].cursor() as cursor:
+        cursor.execute(
+            f"INSERT INTO {RUNS_TABLE} (task_id, worker_id, attempt, note) VALUES (%s, %s, %s, %s)",
+            [ctx.task_id, ctx.worker_id, ctx.attempt, note],
+        )
+
+
+@task("tests.echo")
+def echo(ctx, payload):
+    return {"echo": payload, "attempt": ctx.attempt}
+
+
+@task("tests.record")
+def record(ctx, payload):
+    record_run(ctx)
+    return {"pid": os.getpid()}
+
+
+@task("tests.flaky")
+def flaky(ctx, payload):
+    if ctx.attempt < payload["succeed_on"]:
+        raise RuntimeError(f"flaky failure on attempt {ctx.attempt}")
+    return {"attempt": ctx.attempt}
+
+
+@task("tests.permanent")
+def permanent(ctx, payload):
+    raise TaskError("bad_input", "The input is not acceptable.", details={"field": "x"})
+
+
+@task("tests.unserializable")
+def unserializable(ctx, payload):
+    return {"value": float("nan")}
+
+
+@task("tests.wait_cancel")
+def wait_cancel(ctx, payload):
+    ctx.progress(0.1, "started")
+    deadline = time.monotonic() + payload.get("timeout", 60)
+    while time.monotonic() < deadline:
+        if ctx.canceled():
+            return {"stopped": "canceled"}
+        time.sleep(0.05)
+    return {"stopped": "timeout"}
+
+
+@task("tests.sleep")
+def sleep(ctx, payload):
+    time.sleep(payload.get("seconds", 1))
+    if payload.get("record"):
+        record_run(ctx, "slept")
+    return {"slept": payload.get("seconds", 1)}
+
+
+@task("tests.atomic_write")
+def atomic_write(ctx, payload):
+    if payload.get("wait_for_steal"):
+        # Wait (reading only) until the test hands the task to someone else.
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            with connections["default"].cursor() as cursor:
+                cursor.execute("SELECT worker_id FROM cairnq_tasks WHERE id = %s", [ctx.task_id])
+                if cursor.fetchone()[0] != ctx.worker_id:
+                    break
+            time.sleep(0.05)
+    with ctx.atomic() as done:
+        record_run(ctx, payload.get("marker", "atomic"))
+        done.result = {"marker": payload.get("marker")}
+
+
+@task("tests.spawn")
+def spawn(ctx, payload):
+    children = [
+        ctx.submit("tests.echo", {"child": i}).id for i in range(payload.get("children", 2))
+    ]
+    return {"children": children}
+
+
+@task("tests.batch", batch=4)
+def batch(ctxs):
+    results = {}
+    for ctx in ctxs:
+        if ctx.payload.get("fail"):
+            ctx.fail(TaskError("rejected", "This item was rejected."))
+        else:
+            results[ctx.task_id] = {"batch_size": len(ctxs), "value": ctx.payload.get("value")}
+    return results
+
+
+@task("tests.async_echo")
+async def async_echo(ctx, payload):
+    await asyncio.sleep(0.01)
+    await ctx.aprogress(0.5, "halfway")
+    return {"echo": payload, "async": True}
+
+
+@task("tests.gil_hog")
+def gil_hog(ctx, payload):
+    # sum() over a range runs in C without releasing the GIL, so no other
+    # thread of this process (the heartbeat included) runs until it returns.
+    return {"sum": sum(range(payload["n"]))}
+
+
+@task("tests.limited", concurrency=1)
+def limited(ctx, payload):
+    record_run(ctx, "limited-start")
+    time.sleep(payload.get("seconds", 0.2))
+    record_run(ctx, "limited-end")
+    return None
