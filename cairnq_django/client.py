@@ -272,8 +272,61 @@ astats = sync_to_async(stats)
 acancel = sync_to_async(cancel)
 aretry = sync_to_async(retry)
 apurge = sync_to_async(purge)
-# Waiting sleeps; running it outside the thread-sensitive executor keeps one
-# slow wait from serializing every other ORM call of the event loop.
-await_task = sync_to_async(wait, thread_sensitive=False)
-await_task_by_key = sync_to_async(wait_by_key, thread_sensitive=False)
-acall = sync_to_async(call, thread_sensitive=False)
+async def await_task(
+    task_id: str,
+    *,
+    timeout: float | timedelta | None = None,
+    poll_initial: int | None = None,
+    poll_max: int | None = None,
+    raise_on_failure: bool = True,
+    using: str | None = None,
+) -> TaskRecord:
+    """Async wait(): the sleeps between probes never hold a thread."""
+    return await waiting.await_(
+        get_store(using),
+        task_id=task_id,
+        timeout=_seconds(timeout),
+        poll_initial_ms=poll_initial,
+        poll_max_ms=poll_max,
+        raise_on_failure=raise_on_failure,
+    )
+
+
+async def await_task_by_key(
+    key: str,
+    *,
+    timeout: float | timedelta | None = None,
+    poll_initial: int | None = None,
+    poll_max: int | None = None,
+    raise_on_failure: bool = True,
+    using: str | None = None,
+) -> TaskRecord:
+    """Async wait_by_key()."""
+    return await waiting.await_(
+        get_store(using),
+        key=key,
+        timeout=_seconds(timeout),
+        poll_initial_ms=poll_initial,
+        poll_max_ms=poll_max,
+        raise_on_failure=raise_on_failure,
+    )
+
+
+async def acall(
+    name: str,
+    payload: Any = None,
+    *,
+    timeout: float | timedelta | None = None,
+    poll_initial: int | None = None,
+    poll_max: int | None = None,
+    using: str | None = None,
+    **options: Any,
+) -> Any:
+    """Async call(): enqueue, wait, return the result."""
+    alias = get_store(using).using
+    await sync_to_async(waiting._refuse_inside_transaction)(alias)
+    task = await aenqueue(name, payload, using=using, on_commit=False, **options)
+    done = await await_task(
+        task.id, timeout=timeout, poll_initial=poll_initial, poll_max=poll_max, using=using
+    )
+    return done.result

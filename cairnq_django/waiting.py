@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Callable
 
@@ -54,6 +55,56 @@ def _explain(snapshot: TaskRecord | None, waited_s: float, key: str | None) -> s
     return f"{prefix}: it is {snapshot.status}."
 
 
+class _Poll:
+    """One wait's state: the probe, the growing interval and the deadline."""
+
+    def __init__(self, store, task_id, key, timeout, poll_initial_ms, poll_max_ms, raise_on_failure):
+        self.store, self.task_id, self.key = store, task_id, key
+        self.raise_on_failure = raise_on_failure
+        self.interval = (poll_initial_ms or cairnq_settings.WAIT_POLL_INITIAL) / 1000
+        self.ceiling = (poll_max_ms or cairnq_settings.WAIT_POLL_MAX) / 1000
+        self.started = time.monotonic()
+        self.deadline = None if timeout is None else self.started + timeout
+        self.probed_id = task_id
+
+    def check(self) -> TaskRecord | None:
+        """Probe once: the final row, None to keep waiting, or raise."""
+        store, key = self.store, self.key
+        probe: TaskStatus | None = (
+            store.get_status(self.task_id) if key is None else store.get_status_by_key(key)
+        )
+        if probe is not None:
+            self.probed_id = probe.id
+        if probe is not None and probe.is_terminal:
+            # Re-read the whole row only now; a purge or a key repoint in
+            # between simply means we keep waiting.
+            task = store.get(probe.id)
+            if task is not None and task.is_terminal and (key is None or probe.id == task.id):
+                if self.raise_on_failure and task.status == "failed":
+                    raise TaskFailed(task)
+                if self.raise_on_failure and task.status == "canceled":
+                    raise TaskCanceled(task)
+                return task
+        now = time.monotonic()
+        if self.deadline is not None and now >= self.deadline:
+            snapshot = store.get(self.task_id) if key is None else store.get_by_key(key)
+            raise TaskTimeout(
+                _explain(snapshot, now - self.started, key),
+                task_id=snapshot.id if snapshot else self.task_id,
+                key=key,
+                snapshot=snapshot,
+            )
+        return None
+
+    def next_sleep(self) -> float:
+        """Seconds to sleep before the next probe; grows the interval for the one after."""
+        sleep_for = self.interval
+        if self.deadline is not None:
+            sleep_for = max(0.0, min(sleep_for, self.deadline - time.monotonic()))
+        self.interval = min(self.interval * 1.5, self.ceiling)
+        return sleep_for
+
+
 def wait(
     store,
     *,
@@ -66,38 +117,42 @@ def wait(
 ) -> TaskRecord:
     """Block until the task reaches a terminal status and return its final row."""
     _refuse_inside_transaction(store.using)
-    interval = (poll_initial_ms or cairnq_settings.WAIT_POLL_INITIAL) / 1000
-    ceiling = (poll_max_ms or cairnq_settings.WAIT_POLL_MAX) / 1000
-    started = time.monotonic()
-    deadline = None if timeout is None else started + timeout
+    poll = _Poll(store, task_id, key, timeout, poll_initial_ms, poll_max_ms, raise_on_failure)
     while True:
-        probe: TaskStatus | None = (
-            store.get_status(task_id) if key is None else store.get_status_by_key(key)
-        )
-        if probe is not None and probe.is_terminal:
-            # Re-read the whole row only now; a purge or a key repoint in
-            # between simply means we keep waiting.
-            task = store.get(probe.id)
-            if task is not None and task.is_terminal and (key is None or probe.id == task.id):
-                if raise_on_failure and task.status == "failed":
-                    raise TaskFailed(task)
-                if raise_on_failure and task.status == "canceled":
-                    raise TaskCanceled(task)
-                return task
-        now = time.monotonic()
-        if deadline is not None and now >= deadline:
-            snapshot = (
-                store.get(task_id) if key is None else store.get_by_key(key)
-            )
-            raise TaskTimeout(
-                _explain(snapshot, now - started, key),
-                task_id=snapshot.id if snapshot else task_id,
-                key=key,
-                snapshot=snapshot,
-            )
-        sleep_for = interval if deadline is None else min(interval, deadline - now)
+        task = poll.check()
+        if task is not None:
+            return task
+        sleep_for = poll.next_sleep()
         if _sleeper is not None:
-            _sleeper(store.using, probe.id if probe else task_id, sleep_for)
+            _sleeper(store.using, poll.probed_id, sleep_for)
         else:
             time.sleep(sleep_for)
-        interval = min(interval * 1.5, ceiling)
+
+
+async def await_(
+    store,
+    *,
+    task_id: str | None = None,
+    key: str | None = None,
+    timeout: float | None = None,
+    poll_initial_ms: int | None = None,
+    poll_max_ms: int | None = None,
+    raise_on_failure: bool = True,
+) -> TaskRecord:
+    """The async twin of wait(): probes on Django's thread, sleeps on the event loop.
+
+    Sleeping with asyncio rather than in a worker thread keeps a long wait from
+    occupying a thread, and keeps every query on the thread-sensitive executor
+    whose connection Django closes (a connection opened in an arbitrary pool
+    thread would stay open for the life of the process).
+    """
+    from asgiref.sync import sync_to_async
+
+    await sync_to_async(_refuse_inside_transaction)(store.using)
+    poll = _Poll(store, task_id, key, timeout, poll_initial_ms, poll_max_ms, raise_on_failure)
+    check = sync_to_async(poll.check)
+    while True:
+        task = await check()
+        if task is not None:
+            return task
+        await asyncio.sleep(poll.next_sleep())
