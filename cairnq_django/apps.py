@@ -10,3 +10,6 @@ class CairnQConfig(AppConfig):
 
     def ready(self) -> None:
         from . import checks  # noqa: F401  (registers the system checks)
+        from . import waiting, wakeup
+
+        waiting.set_done_sleeper(wakeup.sleep_until_done)

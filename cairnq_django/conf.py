@@ -25,6 +25,9 @@ DEFAULTS: dict[str, Any] = {
     # wait()/call() polling: first interval, growth factor, ceiling.
     "WAIT_POLL_INITIAL": 100,
     "WAIT_POLL_MAX": 500,
+    # Wake sleeping workers and wait() early (Postgres LISTEN, SQLite
+    # data_version). Turn off behind a transaction-mode pooler.
+    "WAKEUPS": True,
     # Worker defaults (each has a command-line flag).
     "QUEUES": ["default"],
     "CONCURRENCY": 8,

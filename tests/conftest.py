@@ -33,3 +33,12 @@ def child_env(transactional_db):
     env["CAIRNQ_CHILD_DB_NAME"] = str(connections["default"].settings_dict["NAME"])
     env["DJANGO_SETTINGS_MODULE"] = "tests.settings"
     return env
+
+
+@pytest.fixture(autouse=True)
+def close_wakeups():
+    """Close wakeup listeners after each test, so none outlives the test database."""
+    yield
+    from cairnq_django import wakeup
+
+    wakeup.close_all()

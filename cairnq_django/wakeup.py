@@ -1,0 +1,503 @@
+"""Wake sleepers early when the queue changes: LISTEN on Postgres, data_version on SQLite.
+
+A wake is only ever a hint. Workers and wait() poll the database anyway; a
+wake shortens the sleep between two polls and nothing else, so every failure
+here (no psycopg, a dropped connection, a locked file) degrades to a plain
+sleep for the requested time.
+
+`get_wakeup(alias)` returns the process-wide Wakeup for a database alias. Its
+two waits return True when they were woken and False when they timed out.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import sqlite3
+import threading
+import time
+import urllib.parse
+from collections import OrderedDict
+from collections.abc import Sequence
+
+from django.db import connections
+
+from .conf import cairnq_settings
+from .ids import now_ms
+
+logger = logging.getLogger("cairnq_django.wakeup")
+
+QUEUED_CHANNEL = "cairnq_queued"
+DONE_CHANNEL = "cairnq_done"
+
+# How often a Postgres listener leaves notifies() to check for close().
+LISTEN_SLICE_S = 0.25
+# Reconnect backoff for the listener connection (doubles up to the cap).
+RECONNECT_INITIAL_S = 0.1
+RECONNECT_MAX_S = 5.0
+# How many finished task ids a Postgres wakeup remembers for a waiter that
+# registers just after the notification arrived.
+RECENT_DONE_LIMIT = 1024
+# SQLite change polling: PRAGMA data_version on a dedicated connection. Only
+# runs while some thread is waiting. See docs/wakeups.md for the CPU cost.
+SQLITE_POLL_S = 0.002
+
+
+class Wakeup:
+    """Sleep for the whole timeout: the fallback when no change signal is available."""
+
+    def ready(self, timeout_s: float) -> bool:
+        """Start listening and return whether wakes can arrive (False: plain sleeps)."""
+        return False
+
+    def wait_for_queued(self, queues: Sequence[str], timeout_s: float) -> bool:
+        """Sleep until work may have arrived on one of `queues`, or until the timeout."""
+        _sleep(timeout_s)
+        return False
+
+    def wait_for_done(self, task_id: str | None, timeout_s: float) -> bool:
+        """Sleep until the task (any task for None) may have finished, or until the timeout."""
+        _sleep(timeout_s)
+        return False
+
+    def close(self) -> None:
+        """Release the connection and thread behind this wakeup."""
+
+    @property
+    def waiting(self) -> int:
+        """Return how many threads are inside a wait right now."""
+        return 0
+
+
+def _sleep(seconds: float) -> None:
+    if seconds > 0:
+        time.sleep(seconds)
+
+
+class _Waits:
+    """Bookkeeping shared by the signalling wakeups: a condition and a waiter count."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._waiting = 0
+        self._closed = False
+
+    @property
+    def waiting(self) -> int:
+        with self._cond:
+            return self._waiting
+
+    def _wait_until(self, predicate, timeout_s: float) -> bool:
+        """Wait on the condition for `predicate` (called with the lock held)."""
+        deadline = time.monotonic() + max(0.0, timeout_s)
+        with self._cond:
+            if self._closed:
+                # Keep a caller that still holds a closed wakeup paced, not spinning.
+                self._cond.wait(max(0.0, timeout_s))
+                return False
+            self._waiting += 1
+            if self._waiting == 1:
+                self._cond.notify_all()  # an idle SQLite poller resumes
+            try:
+                while not self._closed:
+                    if predicate():
+                        return True
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        break
+                    self._cond.wait(remaining)
+            finally:
+                self._waiting -= 1
+        return False
+
+
+class PostgresWakeup(_Waits, Wakeup):
+    """LISTEN cairnq_queued / cairnq_done on a dedicated autocommit connection."""
+
+    def __init__(self, conn_params: dict) -> None:
+        super().__init__()
+        self._params = conn_params
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._listening = False
+        # Bumped on every (re)connect: notifications may have been missed, so
+        # every waiter wakes and re-probes.
+        self._epoch = 0
+        # queue -> number of notifications seen; compared against each
+        # thread's count from the end of its previous wait, so work that
+        # arrived between two waits is not slept through.
+        self._queued_seen: dict[str, int] = {}
+        self._local = threading.local()
+        self._done_count = 0
+        self._recent_done: OrderedDict[str, None] = OrderedDict()
+        self.backend_pid: int | None = None
+        self.connects = 0
+
+    # ------------------------------------------------------------- listening
+    def _start(self) -> None:
+        with self._cond:
+            if self._thread is None and not self._closed:
+                self._thread = threading.Thread(
+                    target=self._listen_forever, name="cairnq-wakeup-listen", daemon=True
+                )
+                self._thread.start()
+
+    def ready(self, timeout_s: float) -> bool:
+        self._start()
+        with self._cond:
+            self._cond.wait_for(lambda: self._listening or self._closed, timeout_s)
+            return self._listening
+
+    def _listen_forever(self) -> None:
+        import psycopg
+
+        backoff = RECONNECT_INITIAL_S
+        while not self._stop.is_set():
+            conn = None
+            try:
+                conn = psycopg.connect(**self._params, autocommit=True)
+                conn.execute(f"LISTEN {QUEUED_CHANNEL}")
+                conn.execute(f"LISTEN {DONE_CHANNEL}")
+                with self._cond:
+                    self._listening = True
+                    self._epoch += 1
+                    self.connects += 1
+                    self.backend_pid = conn.info.backend_pid
+                    self._cond.notify_all()
+                backoff = RECONNECT_INITIAL_S
+                while not self._stop.is_set():
+                    for note in conn.notifies(timeout=LISTEN_SLICE_S):
+                        self._dispatch(note.channel, note.payload)
+            except Exception as exc:  # any failure means "reconnect later"
+                if not self._stop.is_set():
+                    logger.warning(
+                        "The CairnQ wakeup listener lost its database connection (%s); "
+                        "waits fall back to sleeping and it reconnects in %.1fs.",
+                        exc,
+                        backoff,
+                    )
+            finally:
+                with self._cond:
+                    self._listening = False
+                    self.backend_pid = None
+                if conn is not None:
+                    try:
+                        conn.close()
+                    except Exception:
+                        pass
+            self._stop.wait(backoff)
+            backoff = min(backoff * 2, RECONNECT_MAX_S)
+
+    def _dispatch(self, channel: str, payload: str) -> None:
+        with self._cond:
+            if channel == QUEUED_CHANNEL:
+                self._queued_seen[payload] = self._queued_seen.get(payload, 0) + 1
+            elif channel == DONE_CHANNEL:
+                self._done_count += 1
+                self._recent_done[payload] = None
+                self._recent_done.move_to_end(payload)
+                while len(self._recent_done) > RECENT_DONE_LIMIT:
+                    self._recent_done.popitem(last=False)
+            self._cond.notify_all()
+
+    # ----------------------------------------------------------------- waits
+    def wait_for_queued(self, queues: Sequence[str], timeout_s: float) -> bool:
+        self._start()
+        queues = list(queues)
+        with self._cond:
+            last = getattr(self._local, "queued", None)
+            epoch = self._epoch
+            # First wait on this thread: nothing to compare against yet.
+            base = dict(last) if last else {}
+            for q in queues:
+                base.setdefault(q, self._queued_seen.get(q, 0))
+
+        def arrived() -> bool:
+            return self._epoch != epoch or any(
+                self._queued_seen.get(q, 0) != base[q] for q in queues
+            )
+
+        woken = self._wait_until(arrived, timeout_s)
+        with self._cond:
+            self._local.queued = {q: self._queued_seen.get(q, 0) for q in queues}
+        return woken
+
+    def wait_for_done(self, task_id: str | None, timeout_s: float) -> bool:
+        self._start()
+        with self._cond:
+            epoch, count = self._epoch, self._done_count
+
+        def finished() -> bool:
+            if self._epoch != epoch:
+                return True
+            if task_id is None:
+                return self._done_count != count
+            if task_id in self._recent_done:
+                # Consumed, so a retried-then-rewaited task does not wake at once again.
+                del self._recent_done[task_id]
+                return True
+            return False
+
+        return self._wait_until(finished, timeout_s)
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=LISTEN_SLICE_S * 8)
+
+
+class SQLiteWakeup(_Waits, Wakeup):
+    """Poll `PRAGMA data_version` on a dedicated connection while anyone waits.
+
+    data_version changes whenever another connection (in any process) commits
+    to the file, which makes it a cheap cross-process change signal. A change
+    is then checked with one read before a queued-waiter is woken.
+    """
+
+    def __init__(self, path: str, *, poll_s: float = SQLITE_POLL_S) -> None:
+        super().__init__()
+        self._path = path
+        self._poll_s = poll_s
+        self._db: sqlite3.Connection | None = None
+        self._db_lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._data_version: int | None = None
+        # Number of changes seen (data_version values are per connection, so
+        # waiters compare against this counter instead).
+        self._changes = 0
+        self._local = threading.local()
+        self.broken: str | None = None
+
+    def _open(self) -> sqlite3.Connection:
+        if self._path.startswith("file:"):
+            uri = self._path
+        else:
+            # mode=rw: never create a missing database file.
+            uri = f"file:{urllib.parse.quote(os.path.abspath(self._path))}?mode=rw"
+        db = sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None)
+        db.execute("PRAGMA query_only = 1")
+        return db
+
+    def _read_version(self) -> int:
+        with self._db_lock:
+            if self._db is None:
+                self._db = self._open()
+            return self._db.execute("PRAGMA data_version").fetchone()[0]
+
+    def _start(self) -> bool:
+        """Start the poller if needed; return False when the file cannot be watched."""
+        with self._cond:
+            if self._closed:
+                return False
+            if self._thread is not None:
+                return self.broken is None or self._thread.is_alive()
+            try:
+                # Read the first value here, before any waiter registers, so a
+                # commit right after this call is already a change.
+                self._data_version = self._read_version()
+            except sqlite3.Error as exc:
+                self._note_broken(exc)
+                return False
+            self.broken = None
+            self._thread = threading.Thread(
+                target=self._poll_forever, name="cairnq-wakeup-poll", daemon=True
+            )
+            self._thread.start()
+            return True
+
+    def _note_broken(self, exc: Exception) -> None:
+        if self.broken is None:
+            logger.warning(
+                "The CairnQ wakeup cannot watch %s for changes (%s); waits fall back to sleeping.",
+                self._path,
+                exc,
+            )
+        self.broken = str(exc)
+        with self._db_lock:
+            if self._db is not None:
+                self._db.close()
+                self._db = None
+
+    def ready(self, timeout_s: float) -> bool:
+        return self._start()
+
+    def _poll_forever(self) -> None:
+        backoff = RECONNECT_INITIAL_S
+        while True:
+            with self._cond:
+                # Idle processes pay nothing: poll only while someone waits.
+                while not self._waiting and not self._closed:
+                    self._cond.wait()
+                if self._closed:
+                    break
+            try:
+                version = self._read_version()
+            except sqlite3.Error as exc:
+                self._note_broken(exc)
+                with self._cond:
+                    # A reopened connection starts a new data_version series;
+                    # count the gap as a change so waiters re-probe.
+                    self._data_version = None
+                    self._cond.wait(backoff)
+                backoff = min(backoff * 2, RECONNECT_MAX_S)
+                continue
+            backoff = RECONNECT_INITIAL_S
+            self.broken = None
+            with self._cond:
+                if version != self._data_version:
+                    self._data_version = version
+                    self._changes += 1
+                    self._cond.notify_all()
+            time.sleep(self._poll_s)
+        with self._db_lock:
+            if self._db is not None:
+                self._db.close()
+                self._db = None
+
+    def _has_queued(self, queues: Sequence[str]) -> bool:
+        """Return whether due queued work exists on `queues` (True if unsure)."""
+        marks = ", ".join("?" for _ in queues)
+        try:
+            with self._db_lock:
+                if self._db is None:
+                    return True
+                row = self._db.execute(
+                    "SELECT EXISTS (SELECT 1 FROM cairnq_tasks WHERE status = 'queued'"
+                    f" AND queue IN ({marks}) AND run_at_ms <= ?)",
+                    [*queues, now_ms()],
+                ).fetchone()
+            return bool(row[0])
+        except sqlite3.Error:
+            return True
+
+    def _is_finished(self, task_id: str) -> bool:
+        """Return whether the task is terminal or gone (True if unsure)."""
+        try:
+            with self._db_lock:
+                if self._db is None:
+                    return True
+                row = self._db.execute(
+                    "SELECT status FROM cairnq_tasks WHERE id = ?", [task_id]
+                ).fetchone()
+            return row is None or row[0] in ("succeeded", "failed", "canceled")
+        except sqlite3.Error:
+            return True
+
+    def _wait_for_change(self, check, timeout_s: float) -> bool:
+        """Wait until a change passes `check`; changes since this thread's last wait count."""
+        if not self._start():
+            _sleep(timeout_s)
+            return False
+        deadline = time.monotonic() + max(0.0, timeout_s)
+        with self._cond:
+            seen = getattr(self._local, "changes", self._changes)
+        woken = False
+        while True:
+            target = seen
+
+            def changed() -> bool:
+                return self._changes != target
+
+            if not self._wait_until(changed, deadline - time.monotonic()):
+                break
+            with self._cond:
+                seen = self._changes
+            if check():
+                woken = True
+                break
+        with self._cond:
+            self._local.changes = self._changes
+        return woken
+
+    def wait_for_queued(self, queues: Sequence[str], timeout_s: float) -> bool:
+        queues = list(queues)
+        return self._wait_for_change(lambda: not queues or self._has_queued(queues), timeout_s)
+
+    def wait_for_done(self, task_id: str | None, timeout_s: float) -> bool:
+        if task_id is None:
+            return self._wait_for_change(lambda: True, timeout_s)
+        return self._wait_for_change(lambda: self._is_finished(task_id), timeout_s)
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=2)
+        with self._db_lock:
+            if self._db is not None:
+                self._db.close()
+                self._db = None
+
+
+# ------------------------------------------------------------------ registry
+_registry: dict[str, Wakeup] = {}
+_registry_pid = os.getpid()
+_registry_lock = threading.Lock()
+
+
+def _postgres_params(alias: str) -> dict:
+    params = dict(connections[alias].get_connection_params())
+    # Django's cursor class and pool options mean nothing to a bare LISTEN connection.
+    for key in ("cursor_factory", "pool"):
+        params.pop(key, None)
+    params.setdefault("application_name", "cairnq_django wakeup")
+    return params
+
+
+def _build(alias: str) -> Wakeup:
+    if not cairnq_settings.WAKEUPS:
+        return Wakeup()
+    connection = connections[alias]
+    try:
+        if connection.vendor == "postgresql":
+            import psycopg  # noqa: F401  (psycopg2 projects get plain sleeps)
+
+            return PostgresWakeup(_postgres_params(alias))
+        if connection.vendor == "sqlite" and not connection.is_in_memory_db():
+            return SQLiteWakeup(str(connection.settings_dict["NAME"]))
+    except Exception as exc:
+        logger.warning(
+            "CairnQ wakeups are off for database %r (%s); waits fall back to sleeping.",
+            alias,
+            exc,
+        )
+    return Wakeup()
+
+
+def get_wakeup(alias: str | None = None) -> Wakeup:
+    """Return this process's Wakeup for a database alias, creating it on first use."""
+    global _registry_pid
+    alias = alias or cairnq_settings.DATABASE
+    with _registry_lock:
+        if _registry_pid != os.getpid():
+            # Forked: the parent's threads and sockets do not exist here.
+            _registry.clear()
+            _registry_pid = os.getpid()
+        wakeup = _registry.get(alias)
+        if wakeup is None or getattr(wakeup, "_closed", False):
+            wakeup = _registry[alias] = _build(alias)
+        return wakeup
+
+
+def close_all() -> None:
+    """Close every wakeup of this process (tests call it before dropping the database)."""
+    with _registry_lock:
+        wakeups = list(_registry.values()) if _registry_pid == os.getpid() else []
+        _registry.clear()
+    for wakeup in wakeups:
+        wakeup.close()
+
+
+def sleep_until_done(alias: str, task_id: str | None, seconds: float) -> None:
+    """Sleep for wait()/call() between two polls, waking early when a task finishes."""
+    get_wakeup(alias).wait_for_done(task_id, seconds)
+
+
+atexit.register(close_all)

@@ -1,0 +1,238 @@
+"""Wakeups: early wakes when another process commits, and plain sleeps otherwise.
+
+Every assertion is on what a wait returned (True: woken, False: timed out),
+never on how long it took. Timeouts are generous; a missing wake shows up as a
+False, not as a slow pass.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from django.db import connection, connections
+from django.test import override_settings
+
+from cairnq_django import client, waiting, wakeup
+from cairnq_django.wakeup import PostgresWakeup, SQLiteWakeup, Wakeup, get_wakeup
+
+ROOT = Path(__file__).resolve().parent.parent
+VENDOR = connection.vendor
+LONG = 60.0
+
+only_postgres = pytest.mark.skipif(VENDOR != "postgresql", reason="Postgres LISTEN only")
+only_sqlite = pytest.mark.skipif(VENDOR != "sqlite", reason="SQLite data_version only")
+
+
+def run_child(env: dict, body: str) -> str:
+    """Run a Python snippet in a fresh process on the test database."""
+    script = "import django\ndjango.setup()\nfrom cairnq_django import client\n" + textwrap.dedent(
+        body
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+class InThread(threading.Thread):
+    """Call fn(*args) on a thread and keep what it returned."""
+
+    def __init__(self, fn, *args):
+        super().__init__(daemon=True)
+        self.fn, self.args, self.result, self.error = fn, args, None, None
+
+    def run(self):
+        try:
+            self.result = self.fn(*self.args)
+        except BaseException as exc:  # handed to the test thread
+            self.error = exc
+        finally:
+            connections.close_all()
+
+    def outcome(self):
+        self.join(LONG * 2)
+        assert not self.is_alive(), "the waiting thread never returned"
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+
+def until(predicate, what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"Gave up waiting for {what}.")
+        time.sleep(0.01)
+
+
+@pytest.fixture
+def wake(live_store):
+    w = get_wakeup("default")
+    assert w.ready(30), "the wakeup never started listening"
+    yield w
+    wakeup.close_all()
+
+
+def start_waiting(w, n, fn, *args) -> InThread:
+    thread = InThread(fn, *args)
+    thread.start()
+    until(lambda: w.waiting >= n or not thread.is_alive(), "the waiter to register")
+    if not thread.is_alive():
+        thread.outcome()  # raises what went wrong on the thread
+    return thread
+
+
+def test_get_wakeup_picks_the_signal_for_the_vendor(wake):
+    expected = PostgresWakeup if VENDOR == "postgresql" else SQLiteWakeup
+    assert type(wake) is expected
+    assert get_wakeup("default") is wake
+
+
+def test_queued_wake_arrives_when_another_process_enqueues(wake, child_env):
+    mine = start_waiting(wake, 1, wake.wait_for_queued, ["wq"], LONG)
+    elsewhere = start_waiting(wake, 2, wake.wait_for_queued, ["elsewhere"], LONG)
+    run_child(child_env, 'client.enqueue("wake.me", {"n": 1}, queue="wq")')
+    assert mine.outcome() is True
+    # The other queue's waiter is still asleep; closing releases it as "not woken".
+    elsewhere.join(1.0)
+    assert elsewhere.is_alive()
+    wake.close()
+    assert elsewhere.outcome() is False
+
+
+def test_work_committed_between_two_waits_is_not_slept_through(wake, child_env):
+    # A thread's first wait sets its baseline; work that lands before its next
+    # wait starts must end that next wait at once.
+    def two_waits():
+        first = wake.wait_for_queued(["between"], 0.05)
+        run_child(child_env, 'client.enqueue("wake.between", queue="between")')
+        if VENDOR == "postgresql":
+            # The notification is delivered asynchronously; let it land first.
+            until(lambda: wake._queued_seen.get("between"), "the notification")
+        return first, wake.wait_for_queued(["between"], LONG)
+
+    thread = InThread(two_waits)
+    thread.start()
+    assert thread.outcome() == (False, True)
+
+
+def test_done_wake_arrives_when_another_process_finishes_the_task(wake, live_store, child_env):
+    task = live_store.submit("wake.done", queue="dq")
+    other = live_store.submit("wake.other", queue="dq")
+    this_one = start_waiting(wake, 1, wake.wait_for_done, task.id, LONG)
+    any_one = start_waiting(wake, 2, wake.wait_for_done, None, LONG)
+    not_this = start_waiting(wake, 3, wake.wait_for_done, other.id, LONG)
+    run_child(child_env, f'client.cancel("{task.id}")')
+    assert this_one.outcome() is True
+    assert any_one.outcome() is True
+    not_this.join(1.0)
+    assert not_this.is_alive()
+    wake.close()
+    assert not_this.outcome() is False
+
+
+def test_waits_time_out_when_nothing_happens(wake):
+    assert wake.wait_for_queued(["idle"], 0.2) is False
+    assert wake.wait_for_done("no-such-task", 0.2) is False
+    assert wake.waiting == 0
+
+
+def test_plain_wakeup_only_sleeps():
+    plain = Wakeup()
+    assert plain.ready(1) is False
+    assert plain.wait_for_queued(["q"], 0.01) is False
+    assert plain.wait_for_done(None, 0.01) is False
+    plain.close()
+
+
+def test_wakeups_can_be_turned_off(live_store):
+    wakeup.close_all()
+    with override_settings(CAIRNQ={"WAKEUPS": False}):
+        assert type(get_wakeup("default")) is Wakeup
+    wakeup.close_all()
+
+
+def test_wait_is_woken_by_the_done_signal(wake, live_store, child_env, monkeypatch):
+    # apps.ready() installs the wakeup as wait()'s sleeper.
+    assert waiting._sleeper is wakeup.sleep_until_done
+    wakes = []
+
+    def recording_sleeper(alias, task_id, seconds):
+        wakes.append(get_wakeup(alias).wait_for_done(task_id, seconds))
+
+    monkeypatch.setattr(waiting, "_sleeper", recording_sleeper)
+    task = live_store.submit("wake.wait", queue="wait")
+    # A poll interval far longer than the test: only a wake can end the sleep early.
+    waiter = start_waiting(
+        wake,
+        1,
+        lambda: client.wait(
+            task.id,
+            timeout=LONG,
+            poll_initial=int(LONG * 1000),
+            poll_max=int(LONG * 1000),
+            raise_on_failure=False,
+        ),
+    )
+    run_child(child_env, f'client.cancel("{task.id}")')
+    assert waiter.outcome().status == "canceled"
+    assert wakes == [True]
+
+
+@only_postgres
+def test_listener_reconnects_after_its_backend_is_killed(wake, child_env):
+    old_pid = wake.backend_pid
+    assert old_pid and wake.connects == 1
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(%s)", [old_pid])
+        assert cursor.fetchone()[0] is True
+    until(lambda: wake.connects >= 2 and wake.backend_pid, "the listener to reconnect")
+    assert wake.backend_pid != old_pid
+    mine = start_waiting(wake, 1, wake.wait_for_queued, ["after"], LONG)
+    run_child(child_env, 'client.enqueue("wake.after", queue="after")')
+    assert mine.outcome() is True
+
+
+@only_postgres
+def test_waits_sleep_while_the_listener_is_down(live_store):
+    params = dict(wakeup._postgres_params("default"), port=1)  # nothing listens there
+    down = PostgresWakeup(params)
+    try:
+        assert down.ready(0.5) is False
+        assert down.wait_for_queued(["q"], 0.2) is False
+        assert down.wait_for_done("t", 0.2) is False
+    finally:
+        down.close()
+
+
+@only_sqlite
+def test_unreadable_database_falls_back_to_sleep(tmp_path):
+    missing = SQLiteWakeup(str(tmp_path / "no-such-dir" / "db.sqlite3"))
+    assert missing.ready(1) is False
+    assert missing.wait_for_queued(["q"], 0.1) is False
+    assert missing.wait_for_done("t", 0.1) is False
+    assert missing.broken
+    missing.close()
+
+
+@only_sqlite
+def test_sqlite_wake_skips_commits_without_work_for_the_queue(wake, live_store, child_env):
+    mine = start_waiting(wake, 1, wake.wait_for_queued, ["quiet"], LONG)
+    # Commits that touch other queues change data_version but leave this one empty.
+    run_child(child_env, 'client.enqueue("wake.noise", queue="noisy")')
+    mine.join(1.0)
+    assert mine.is_alive()
+    run_child(child_env, 'client.enqueue("wake.work", queue="quiet")')
+    assert mine.outcome() is True
