@@ -261,7 +261,8 @@ class Worker:
         while not self._stopping:
             # Cleared before looking, so a call finishing after this point is seen.
             self._changed.clear()
-            free = self.concurrency - len(self._in_flight)
+            busy = len(self._in_flight)
+            free = self.concurrency - busy
             if free <= 0:
                 self._wait_for_change(self.poll_ms / 1000)
                 continue
@@ -281,7 +282,10 @@ class Worker:
             if claimed:
                 continue
             if self.burst:
-                if not self._in_flight:
+                # `busy` was read before the probe: a call that ended after
+                # the probe may have queued a retry or children, so only an
+                # empty probe with nothing in flight before it means drained.
+                if not busy:
                     logger.info("Burst mode: nothing left to claim; stopping.")
                     return
                 # A running call may still enqueue children or retries.
