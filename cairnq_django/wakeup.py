@@ -39,9 +39,12 @@ RECONNECT_MAX_S = 5.0
 # How many finished task ids a Postgres wakeup remembers for a waiter that
 # registers just after the notification arrived.
 RECENT_DONE_LIMIT = 1024
-# SQLite change polling: PRAGMA data_version on a dedicated connection. Only
-# runs while some thread is waiting. See docs/wakeups.md for the CPU cost.
-SQLITE_POLL_S = 0.002
+# SQLite change polling: PRAGMA data_version on a dedicated connection, only
+# while some thread is waiting. The interval starts short after a change (the
+# next one tends to follow soon) and doubles to a ceiling while nothing
+# changes, which keeps an idle worker near 1% of a core (docs/wakeups.md).
+SQLITE_POLL_MIN_S = 0.001
+SQLITE_POLL_MAX_S = 0.005
 
 
 class Wakeup:
@@ -259,10 +262,17 @@ class SQLiteWakeup(_Waits, Wakeup):
     is then checked with one read before a queued-waiter is woken.
     """
 
-    def __init__(self, path: str, *, poll_s: float = SQLITE_POLL_S) -> None:
+    def __init__(
+        self,
+        path: str,
+        *,
+        poll_min_s: float = SQLITE_POLL_MIN_S,
+        poll_max_s: float = SQLITE_POLL_MAX_S,
+    ) -> None:
         super().__init__()
         self._path = path
-        self._poll_s = poll_s
+        self._poll_min_s = poll_min_s
+        self._poll_max_s = max(poll_min_s, poll_max_s)
         self._db: sqlite3.Connection | None = None
         self._db_lock = threading.Lock()
         self._thread: threading.Thread | None = None
@@ -328,6 +338,7 @@ class SQLiteWakeup(_Waits, Wakeup):
 
     def _poll_forever(self) -> None:
         backoff = RECONNECT_INITIAL_S
+        interval = self._poll_min_s
         while True:
             with self._cond:
                 # Idle processes pay nothing: poll only while someone waits.
@@ -353,7 +364,10 @@ class SQLiteWakeup(_Waits, Wakeup):
                     self._data_version = version
                     self._changes += 1
                     self._cond.notify_all()
-            time.sleep(self._poll_s)
+                    interval = self._poll_min_s
+                else:
+                    interval = min(interval * 2, self._poll_max_s)
+            time.sleep(interval)
         with self._db_lock:
             if self._db is not None:
                 self._db.close()
