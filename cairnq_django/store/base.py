@@ -468,6 +468,26 @@ class Store:
         rows.sort(key=lambda row: (row["completed_at_ms"], row["id"]))
         return [row["id"] for row in rows]
 
+    def purge_ids(self, task_ids: Sequence[str], *, chunk_size: int = 500) -> list[str]:
+        """Delete the finished tasks among `task_ids`, keeping live ones; return the deleted ids.
+
+        Each chunk is its own short statement, so a large selection never holds
+        the write lock for long.
+        """
+        _check_positive("chunk_size", chunk_size)
+        task_ids = list(dict.fromkeys(task_ids))
+        deleted: list[str] = []
+        for start in range(0, len(task_ids), chunk_size):
+            params: dict[str, Any] = {}
+            ids = _in("id", task_ids[start : start + chunk_size], "i", params)
+            rows = self._rows(
+                f"DELETE FROM cairnq_tasks WHERE {ids}"
+                " AND status IN ('succeeded', 'failed', 'canceled') RETURNING id",
+                params,
+            )
+            deleted += [row["id"] for row in rows]
+        return deleted
+
     # ------------------------------------------------------------------ worker
     def has_claimable(self, *, queues: Sequence[str], names: Sequence[str] | None = None) -> bool:
         """Read-only probe: is there due work (or an expired lease) worth a claim?"""

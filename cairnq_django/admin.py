@@ -1,0 +1,430 @@
+"""The Django admin for CairnQ tasks: browse, inspect, cancel, retry and purge.
+
+The admin only presents. Every state change goes through the store (see
+admin_actions.py), and every query is shaped for a table of millions of rows:
+the list is ordered by id (a ULID, so newest first) to walk the primary key,
+page counts are bounded (see BoundedCountPaginator), filter choices come from
+index skip-scans, and search is by exact value on indexed columns.
+"""
+
+from __future__ import annotations
+
+import json
+
+from django.contrib import admin
+from django.contrib.auth import get_permission_codename
+from django.contrib.admin.views.main import ChangeList
+from django.core.paginator import Paginator
+from django.db import connections
+from django.db.models import Q
+from django.urls import path, reverse
+from django.utils.functional import cached_property
+from django.utils.html import format_html, format_html_join
+from django.utils.http import urlencode
+from django.utils.translation import gettext_lazy as _
+
+from . import admin_actions, admin_views
+from .admin_views import format_duration, format_time, ms_to_datetime
+from .conf import cairnq_settings
+from .ids import now_ms
+from .models import Task, TaskKey
+from .records import TERMINAL_STATUSES
+
+CHILDREN_SHOWN = 20
+
+
+def _json_block(value) -> str:
+    if value is None:
+        return "-"
+    text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+    # format_html escapes the text, so a payload cannot inject markup.
+    return format_html('<pre class="cq-json">{}</pre>', text)
+
+
+class BoundedCountPaginator(Paginator):
+    """A paginator that never counts more than COUNT_LIMIT rows.
+
+    Past the limit the count is an estimate: the planner's row count for the
+    whole table on PostgreSQL when nothing filters the list, otherwise the limit
+    itself (so deep pages of a large filtered list are reached by narrowing the
+    filter, not by paging).
+    """
+
+    COUNT_LIMIT = 10_000
+    count_is_exact = True
+    count_is_estimate = False
+
+    @cached_property
+    def count(self) -> int:
+        queryset = self.object_list
+        counted = queryset.order_by()[: self.COUNT_LIMIT + 1].count()
+        if counted <= self.COUNT_LIMIT:
+            return counted
+        self.count_is_exact = False
+        estimate = 0 if queryset.query.where else self._table_estimate(queryset)
+        if estimate > self.COUNT_LIMIT:
+            self.count_is_estimate = True
+            return estimate
+        return self.COUNT_LIMIT
+
+    def _table_estimate(self, queryset) -> int:
+        connection = connections[queryset.db]
+        if connection.vendor != "postgresql":
+            return 0
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass",
+                [queryset.model._meta.db_table],
+            )
+            row = cursor.fetchone()
+        return max(0, int(row[0])) if row else 0
+
+
+class TaskChangeList(ChangeList):
+    """Attach each listed task's business keys with one query for the whole page."""
+
+    def get_results(self, request):
+        super().get_results(request)
+        self.result_list = list(self.result_list)
+        by_task: dict[str, list[str]] = {}
+        if self.result_list:
+            ids = [task.pk for task in self.result_list]
+            keys = TaskKey.objects.using(self.queryset.db).filter(task_id__in=ids)
+            for task_id, key in keys.values_list("task_id", "key"):
+                by_task.setdefault(task_id, []).append(key)
+        for task in self.result_list:
+            task.cq_keys = sorted(by_task.get(task.pk, []))
+
+
+class DistinctValueFilter(admin.SimpleListFilter):
+    """Filter on one indexed text column, offering at most MAX_CHOICES of its values.
+
+    The choices come from a skip-scan: each step asks the index for the next
+    value greater than the last, so a million rows with five queues cost five
+    index probes instead of a DISTINCT over the table.
+    """
+
+    column: str = ""
+    MAX_CHOICES = 50
+
+    def lookups(self, request, model_admin):
+        table = model_admin.model._meta.db_table
+        column = self.column
+        connection = connections[model_admin.using]
+        sql = (
+            f"WITH RECURSIVE v(value, n) AS ("
+            f" SELECT (SELECT {column} FROM {table} ORDER BY {column} LIMIT 1), 1"
+            f" UNION ALL"
+            f" SELECT (SELECT {column} FROM {table} WHERE {column} > v.value"
+            f" ORDER BY {column} LIMIT 1), v.n + 1 FROM v"
+            f" WHERE v.value IS NOT NULL AND v.n < %s)"
+            f" SELECT value FROM v WHERE value IS NOT NULL"
+        )
+        with connection.cursor() as cursor:
+            cursor.execute(sql, [self.MAX_CHOICES])
+            values = [row[0] for row in cursor.fetchall()]
+        current = self.value()
+        if current and current not in values:
+            values.append(current)
+        return [(value, value) for value in values]
+
+    def queryset(self, request, queryset):
+        if self.value():
+            return queryset.filter(**{self.column: self.value()})
+        return queryset
+
+
+class QueueFilter(DistinctValueFilter):
+    title = _("queue")
+    parameter_name = column = "queue"
+
+
+class NameFilter(DistinctValueFilter):
+    title = _("name")
+    parameter_name = column = "name"
+
+
+@admin.register(Task)
+class TaskAdmin(admin.ModelAdmin):
+    list_display = (
+        "id",
+        "name",
+        "queue",
+        "status_badge",
+        "attempts",
+        "progress_bar",
+        "key",
+        "created",
+        "duration",
+    )
+    list_filter = (("status", admin.ChoicesFieldListFilter), QueueFilter, NameFilter)
+    search_fields = ("id", "name", "keys__key", "correlation_id")
+    search_help_text = _("Exact task id, name, key or correlation id.")
+    # ULIDs sort by creation time, and the primary key index serves this
+    # order; the schema has no index on created_at_ms to sort by it.
+    ordering = ("-id",)
+    sortable_by = ("id", "created")
+    list_per_page = 100
+    list_max_show_all = 200
+    show_full_result_count = False
+    show_facets = admin.ShowFacets.NEVER
+    paginator = BoundedCountPaginator
+    actions = admin_actions.ACTIONS
+
+    readonly_fields = (
+        "id",
+        "name",
+        "queue",
+        "status_badge",
+        "keys_list",
+        "priority",
+        "attempts",
+        "worker_id",
+        "progress_bar",
+        "message",
+        "created_at",
+        "run_at",
+        "updated",
+        "lease_until",
+        "cancel_requested_at",
+        "completed",
+        "duration",
+        "parent_link",
+        "root_link",
+        "children",
+        "correlation_link",
+        "payload_json",
+        "metadata_json",
+        "result_json",
+        "error_json",
+    )
+    fieldsets = (
+        (None, {"fields": (
+            "id", "name", "queue", "status_badge", "keys_list", "priority", "attempts",
+            "worker_id", "progress_bar", "message",
+        )}),
+        (_("Times"), {"fields": (
+            "created_at", "run_at", "updated", "lease_until", "cancel_requested_at", "completed",
+            "duration",
+        )}),
+        (_("Family"), {"fields": ("parent_link", "root_link", "children", "correlation_link")}),
+        (_("Payload"), {"fields": ("payload_json", "metadata_json")}),
+        (_("Outcome"), {"fields": ("result_json", "error_json")}),
+    )
+
+    class Media:
+        css = {"all": ("cairnq_django/admin.css",)}
+
+    # ------------------------------------------------------------- plumbing
+    @property
+    def using(self) -> str:
+        return cairnq_settings.DATABASE
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).using(self.using)
+
+    def get_changelist(self, request, **kwargs):
+        return TaskChangeList
+
+    def get_urls(self):
+        opts = self.opts
+        stats = self.admin_site.admin_view(admin_views.StatsView.as_view(model_admin=self))
+        return [
+            path("stats/", stats, name=f"{opts.app_label}_{opts.model_name}_stats"),
+        ] + super().get_urls()
+
+    def changelist_url(self, **params) -> str:
+        opts = self.opts
+        url = reverse(f"admin:{opts.app_label}_{opts.model_name}_changelist")
+        return f"{url}?{urlencode(params)}" if params else url
+
+    def _task_link(self, task_id: str | None):
+        if not task_id:
+            return "-"
+        opts = self.opts
+        url = reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[task_id])
+        return format_html('<a href="{}">{}</a>', url, task_id)
+
+    # ---------------------------------------------------------- permissions
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        # Rows leave only through the purge action, which keeps live tasks.
+        return False
+
+    def _has_task_permission(self, request, action: str) -> bool:
+        codename = get_permission_codename(action, self.opts)
+        return request.user.has_perm(f"{self.opts.app_label}.{codename}")
+
+    def has_cancel_permission(self, request):
+        return self._has_task_permission(request, "cancel")
+
+    def has_retry_permission(self, request):
+        return self._has_task_permission(request, "retry")
+
+    def has_purge_permission(self, request):
+        return self._has_task_permission(request, "purge")
+
+    # ---------------------------------------------------------------- search
+    def get_search_results(self, request, queryset, search_term):
+        """Match the term exactly against id, name, correlation id or a key.
+
+        Exact matches are index lookups; a substring search would read every row.
+        """
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        keyed = list(
+            TaskKey.objects.using(self.using).filter(key=term).values_list("task_id", flat=True)
+        )
+        match = Q(id__in=[term, *keyed]) | Q(name=term) | Q(correlation_id=term)
+        return queryset.filter(match), False
+
+    # --------------------------------------------------------------- columns
+    @admin.display(description=_("status"))
+    def status_badge(self, task):
+        label = task.status
+        css = f"cq-status cq-status-{task.status}"
+        if task.status == "running" and task.cancel_requested_at_ms is not None:
+            label = _("running, cancel requested")
+            css += " cq-status-cancel-requested"
+        return format_html('<span class="{}">{}</span>', css, label)
+
+    @admin.display(description=_("attempt"))
+    def attempts(self, task):
+        return f"{task.attempt}/{task.max_attempts}"
+
+    @admin.display(description=_("progress"))
+    def progress_bar(self, task):
+        if task.status != "running" or task.progress is None:
+            return "-"
+        percent = round(task.progress * 100)
+        return format_html(
+            '<progress class="cq-progress" max="100" value="{}"></progress> {}%', percent, percent
+        )
+
+    @admin.display(description=_("key"))
+    def key(self, task):
+        keys = getattr(task, "cq_keys", None)
+        if keys is None:
+            keys = sorted(self._keys_of(task))
+        return ", ".join(keys) or "-"
+
+    @admin.display(description=_("keys"))
+    def keys_list(self, task):
+        return ", ".join(sorted(self._keys_of(task))) or "-"
+
+    def _keys_of(self, task) -> list[str]:
+        return list(
+            TaskKey.objects.using(self.using).filter(task_id=task.pk).values_list("key", flat=True)
+        )
+
+    @admin.display(description=_("created"), ordering="id")
+    def created(self, task):
+        return ms_to_datetime(task.created_at_ms)
+
+    @admin.display(description=_("created"))
+    def created_at(self, task):
+        return format_time(task.created_at_ms)
+
+    @admin.display(description=_("duration"))
+    def duration(self, task):
+        """Enqueue to finish for finished tasks (the schema records no start time)."""
+        if task.completed_at_ms is None:
+            if task.status in TERMINAL_STATUSES:
+                return "-"
+            return format_html(
+                '<span class="cq-age" title="{}">{}</span>',
+                _("age so far"),
+                format_duration(max(0, now_ms() - task.created_at_ms)),
+            )
+        return format_duration(max(0, task.completed_at_ms - task.created_at_ms))
+
+    @admin.display(description=_("run at"))
+    def run_at(self, task):
+        return format_time(task.run_at_ms)
+
+    @admin.display(description=_("updated"))
+    def updated(self, task):
+        return format_time(task.updated_at_ms)
+
+    @admin.display(description=_("lease until"))
+    def lease_until(self, task):
+        return format_time(task.lease_until_ms)
+
+    @admin.display(description=_("cancel requested"))
+    def cancel_requested_at(self, task):
+        return format_time(task.cancel_requested_at_ms)
+
+    @admin.display(description=_("completed"))
+    def completed(self, task):
+        return format_time(task.completed_at_ms)
+
+    @admin.display(description=_("parent"))
+    def parent_link(self, task):
+        return self._task_link(task.parent_id)
+
+    @admin.display(description=_("root"))
+    def root_link(self, task):
+        if not task.root_id:
+            return "-"
+        tree = self.changelist_url(root_id=task.root_id)
+        if task.root_id == task.pk:
+            return format_html('{} (<a href="{}">{}</a>)', _("this task"), tree, _("whole tree"))
+        return format_html(
+            '{} (<a href="{}">{}</a>)', self._task_link(task.root_id), tree, _("whole tree")
+        )
+
+    @admin.display(description=_("children"))
+    def children(self, task):
+        # Children share the parent's root, so the root index finds them.
+        rows = list(
+            Task.objects.using(self.using)
+            .filter(root_id=task.root_id or task.pk, parent_id=task.pk)
+            .order_by("-id")
+            .values_list("id", "name", "status")[: CHILDREN_SHOWN + 1]
+        )
+        if not rows:
+            return "-"
+        items = format_html_join(
+            "", "<li>{} {} <span class='cq-status cq-status-{}'>{}</span></li>",
+            ((self._task_link(i), n, s, s) for i, n, s in rows[:CHILDREN_SHOWN]),
+        )
+        more = ""
+        if len(rows) > CHILDREN_SHOWN:
+            more = format_html(
+                '<li><a href="{}">{}</a></li>',
+                self.changelist_url(root_id=task.root_id or task.pk, parent_id=task.pk),
+                _("all children"),
+            )
+        return format_html('<ul class="cq-children">{}{}</ul>', items, more)
+
+    @admin.display(description=_("correlation id"))
+    def correlation_link(self, task):
+        if not task.correlation_id:
+            return "-"
+        return format_html(
+            '<a href="{}">{}</a>',
+            self.changelist_url(correlation_id=task.correlation_id),
+            task.correlation_id,
+        )
+
+    @admin.display(description=_("payload"))
+    def payload_json(self, task):
+        return _json_block(task.payload)
+
+    @admin.display(description=_("metadata"))
+    def metadata_json(self, task):
+        return _json_block(task.metadata)
+
+    @admin.display(description=_("result"))
+    def result_json(self, task):
+        return _json_block(task.result)
+
+    @admin.display(description=_("error"))
+    def error_json(self, task):
+        return _json_block(task.error)
