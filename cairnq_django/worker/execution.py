@@ -261,8 +261,7 @@ class Execution:
         elif row.status == "queued":
             delay = ctx.failure[2] if ctx.failure else 0
             logger.info(
-                "%s failed (%s) in %.3fs; retrying in %d ms.", where, code, duration, delay,
-                exc_info=raised if raised is not None and code == "handler_error" else None,
+                "%s failed (%s) in %.3fs; retrying in %d ms.", where, code, duration, delay
             )
             self._send(
                 signals.task_retrying, task=row, duration=duration, error=error, delay_ms=delay
@@ -271,6 +270,8 @@ class Execution:
             logger.warning(
                 "%s failed (%s) in %.3fs: %s", where, code, duration,
                 error.get("message") if isinstance(error, dict) else error,
+                # The traceback of an unexpected exception, once, when it is final.
+                exc_info=raised if code == "handler_error" else None,
             )
             self._send(signals.task_failed, task=row, duration=duration, error=error)
 
