@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
+from django.db import DEFAULT_DB_ALIAS
 from django.utils.module_loading import import_string
 
 from .conf import DEFAULTS, DURATION_KEYS, cairnq_settings, to_ms
@@ -107,19 +108,47 @@ def _check_queue_depth(limit):
     ]
 
 
-@register(Tags.database)
-def check_database(app_configs=None, databases=None, **kwargs):
+# Not tagged `database`: these read only settings, and Django runs database-tagged
+# checks only when asked for a database (`check --database`), so a plain
+# `manage.py check` or `runserver` would otherwise never report them.
+@register(Tags.compatibility)
+def check_database(app_configs=None, **kwargs):
     """Check the queue's database alias and, for SQLite, its concurrency options."""
+    user = getattr(settings, "CAIRNQ", None)
+    if not isinstance(user, dict) and user is not None:
+        return []  # cairnq.E001 already says so
     alias = cairnq_settings.DATABASE
-    if alias not in settings.DATABASES:
+    if not isinstance(alias, str) or alias not in settings.DATABASES:
         return [
             Error(
                 f"settings.CAIRNQ['DATABASE'] names {alias!r}, which is not in "
                 "settings.DATABASES.",
+                hint="Name one of: " + ", ".join(sorted(settings.DATABASES)) + ".",
                 id="cairnq.E010",
             )
         ]
-    return database_errors(alias)
+    return database_errors(alias) + _router_errors(alias)
+
+
+def _router_errors(alias):
+    if alias == DEFAULT_DB_ALIAS:
+        return []
+    routers = [
+        router if isinstance(router, str) else f"{type(router).__module__}.{type(router).__name__}"
+        for router in getattr(settings, "DATABASE_ROUTERS", [])
+    ]
+    if "cairnq_django.routers.CairnQRouter" in routers:
+        return []
+    return [
+        Warning(
+            f"settings.CAIRNQ['DATABASE'] is {alias!r}, but CairnQRouter is not in "
+            "settings.DATABASE_ROUTERS, so the admin and ORM look for the CairnQ tables in "
+            "the default database and `migrate` creates them in every database.",
+            hint="Add 'cairnq_django.routers.CairnQRouter' to DATABASE_ROUTERS, or route the "
+            "cairnq_django app to that alias with a router of your own.",
+            id="cairnq.W015",
+        )
+    ]
 
 
 def database_errors(alias):

@@ -1,0 +1,190 @@
+"""System checks: every cairnq.* id, and what `manage.py check` prints."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+import textwrap
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+from django.core.checks import Error, Warning
+from django.test import override_settings
+
+from cairnq_django.checks import check_database, check_settings
+
+ROOT = Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.filterwarnings("ignore:Overriding setting DATABASES")
+
+
+def ids(messages):
+    return sorted(message.id for message in messages)
+
+
+def run_checks(cairnq=None, databases=None, routers=None):
+    overrides = {"CAIRNQ": cairnq if cairnq is not None else {}}
+    if databases is not None:
+        overrides["DATABASES"] = databases
+    if routers is not None:
+        overrides["DATABASE_ROUTERS"] = routers
+    with override_settings(**overrides):
+        return check_settings() + check_database()
+
+
+def sqlite_db(**options):
+    return {"ENGINE": "django.db.backends.sqlite3", "NAME": "x.sqlite3", "OPTIONS": options}
+
+
+GOOD_SQLITE = {
+    "transaction_mode": "IMMEDIATE",
+    "timeout": 20,
+    "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL",
+}
+
+
+def test_the_test_settings_pass():
+    assert run_checks() == []
+
+
+@pytest.mark.parametrize(
+    "cairnq, expected",
+    [
+        ({"DATABASE": "default", "MAX_QUEUE_DEPTH": {"a": 5, "*": 10}, "MAX_QUEUE_WAIT":
+          timedelta(seconds=2), "QUEUES": ["a", "b"], "CONCURRENCY": 4, "MAX_RUN": None,
+          "ON_ERROR": "logging.exception", "RETENTION": {"succeeded": timedelta(days=1)}}, []),
+        ({"QUEUS": ["a"]}, ["cairnq.E002"]),
+        ({"LEASE": -5}, ["cairnq.E003"]),
+        ({"MAX_QUEUE_WAIT": "5s"}, ["cairnq.E003"]),
+        ({"WAIT_POLL_MAX": None}, ["cairnq.E003"]),
+        ({"MAX_QUEUE_DEPTH": 0}, ["cairnq.E004"]),
+        ({"MAX_QUEUE_DEPTH": {"a": "ten"}}, ["cairnq.E004"]),
+        ({"MAX_QUEUE_DEPTH": True}, ["cairnq.E004"]),
+        ({"CONCURRENCY": 0}, ["cairnq.E005"]),
+        ({"SWEEP_BATCH_SIZE": 2.5}, ["cairnq.E005"]),
+        ({"QUEUES": []}, ["cairnq.E006"]),
+        ({"QUEUES": "default"}, ["cairnq.E006"]),
+        ({"QUEUES": ["ok", ""]}, ["cairnq.E006"]),
+        ({"ON_ERROR": "no.such.module.hook"}, ["cairnq.E007"]),
+        ({"ON_ERROR": "cairnq_django.conf.DEFAULTS"}, ["cairnq.E007"]),
+        ({"RETENTION": {}}, ["cairnq.E020"]),
+        ({"RETENTION": {"queued": 1000}}, ["cairnq.E020"]),
+    ],
+)
+def test_settings_checks(cairnq, expected):
+    assert ids(run_checks(cairnq)) == expected
+
+
+def test_settings_must_be_a_dict():
+    with override_settings(CAIRNQ=["DATABASE", "default"]):
+        assert ids(check_settings() + check_database()) == ["cairnq.E001"]
+
+
+def test_messages_are_sentences_with_hints():
+    [error] = run_checks({"QUEUS": ["a"]})
+    assert isinstance(error, Error) and error.msg.endswith(".") and "QUEUES" in error.hint
+
+
+def test_unknown_database_alias():
+    [error] = run_checks({"DATABASE": "queue"})
+    assert error.id == "cairnq.E010" and "'queue'" in error.msg and "default" in error.hint
+
+
+def test_unsupported_database_engine():
+    databases = {"default": {"ENGINE": "django.db.backends.mysql", "NAME": "x"}}
+    assert ids(run_checks(databases=databases)) == ["cairnq.E011"]
+
+
+def test_postgres_needs_no_options():
+    databases = {"default": {"ENGINE": "django.db.backends.postgresql", "NAME": "x"}}
+    assert run_checks(databases=databases) == []
+
+
+def test_sqlite_with_the_recommended_options_passes():
+    assert run_checks(databases={"default": sqlite_db(**GOOD_SQLITE)}) == []
+
+
+def test_sqlite_without_immediate_transactions_is_an_error():
+    options = {k: v for k, v in GOOD_SQLITE.items() if k != "transaction_mode"}
+    messages = run_checks(databases={"default": sqlite_db(**options)})
+    assert ids(messages) == ["cairnq.E012"]
+    assert "transaction_mode" in messages[0].hint and "IMMEDIATE" in messages[0].hint
+    deferred = dict(GOOD_SQLITE, transaction_mode="DEFERRED")
+    assert ids(run_checks(databases={"default": sqlite_db(**deferred)})) == ["cairnq.E012"]
+    lowercase = dict(GOOD_SQLITE, transaction_mode="immediate")
+    assert run_checks(databases={"default": sqlite_db(**lowercase)}) == []
+
+
+def test_sqlite_without_wal_warns():
+    options = dict(GOOD_SQLITE, init_command="PRAGMA synchronous=NORMAL")
+    [warning] = run_checks(databases={"default": sqlite_db(**options)})
+    assert isinstance(warning, Warning) and warning.id == "cairnq.W013"
+
+
+@pytest.mark.parametrize("timeout", [1, "20"])
+def test_sqlite_with_a_short_busy_timeout_warns(timeout):
+    options = dict(GOOD_SQLITE, timeout=timeout)
+    assert ids(run_checks(databases={"default": sqlite_db(**options)})) == ["cairnq.W014"]
+
+
+def test_sqlite_defaults_report_everything():
+    # Python's sqlite3 waits 5 s by default, which is just enough not to warn.
+    assert ids(run_checks(databases={"default": sqlite_db()})) == ["cairnq.E012", "cairnq.W013"]
+
+
+def test_only_the_queue_alias_is_checked():
+    databases = {"default": sqlite_db(), "queue": sqlite_db(**GOOD_SQLITE)}
+    assert run_checks(
+        {"DATABASE": "queue"}, databases, routers=["cairnq_django.routers.CairnQRouter"]
+    ) == []
+
+
+def test_a_separate_queue_database_without_the_router_warns():
+    databases = {"default": sqlite_db(**GOOD_SQLITE), "queue": sqlite_db(**GOOD_SQLITE)}
+    assert ids(run_checks({"DATABASE": "queue"}, databases, routers=[])) == ["cairnq.W015"]
+    from cairnq_django.routers import CairnQRouter
+
+    assert run_checks({"DATABASE": "queue"}, databases, routers=[CairnQRouter()]) == []
+
+
+def manage_py_check(tmp_path, options: dict) -> subprocess.CompletedProcess:
+    """Run `django-admin check` with the test settings and SQLite OPTIONS replaced."""
+    module = tmp_path / "check_settings.py"
+    module.write_text(
+        textwrap.dedent(
+            f"""
+            from tests.settings import *  # noqa
+            DATABASES = {{"default": {{
+                "ENGINE": "django.db.backends.sqlite3",
+                "NAME": {str(tmp_path / "db.sqlite3")!r},
+                "OPTIONS": {options!r},
+            }}}}
+            """
+        )
+    )
+    env = {"PYTHONPATH": f"{tmp_path}:{ROOT}", "DJANGO_SETTINGS_MODULE": "check_settings"}
+    import os
+
+    env = dict(os.environ, **env)
+    return subprocess.run(
+        [sys.executable, "-m", "django", "check"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
+    )
+
+
+def test_manage_py_check_reports_missing_immediate(tmp_path):
+    options = {k: v for k, v in GOOD_SQLITE.items() if k != "transaction_mode"}
+    proc = manage_py_check(tmp_path, options)
+    assert proc.returncode == 1
+    assert "cairnq.E012" in proc.stderr
+    assert "BEGIN IMMEDIATE" in proc.stderr
+    assert "transaction_mode" in proc.stderr
+
+
+def test_manage_py_check_is_clean_with_the_documented_settings(tmp_path):
+    proc = manage_py_check(tmp_path, GOOD_SQLITE)
+    assert proc.returncode == 0, proc.stderr
+    assert "no issues" in proc.stdout
