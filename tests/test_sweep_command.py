@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import os
 import signal
 import subprocess
 import sys
@@ -230,3 +231,36 @@ def test_loop_sweeps_until_signalled(live_store, child_env, signum):
     assert child.returncode == 0, err
     assert rest.strip().endswith("Stopped.")
     assert remaining(live_store) == set()
+
+
+def test_progress_is_redrawn_in_place_on_a_terminal(live_store, child_env):
+    import pty
+
+    make(live_store, "succeeded", age_ms=2 * HOUR, n=7)
+    controller, terminal = pty.openpty()
+    try:
+        child = subprocess.run(
+            [sys.executable, "-m", "django", "cairnq_sweep", "--older-than", "1h",
+             "--batch-size", "2"],
+            cwd=PROJECT_ROOT, env=child_env, stdout=subprocess.PIPE, stderr=terminal,
+            text=True, timeout=120,
+        )
+        os.close(terminal)
+        terminal = None
+        drawn = b""
+        while True:
+            try:
+                chunk = os.read(controller, 4096)
+            except OSError:  # EIO: the terminal side is closed and drained
+                break
+            if not chunk:
+                break
+            drawn += chunk
+    finally:
+        if terminal is not None:
+            os.close(terminal)
+        os.close(controller)
+    assert child.returncode == 0
+    assert child.stdout == "Deleted 7 finished tasks older than 1h (4 batches).\n"
+    assert b"\r\x1b[Kfinished tasks older than 1h: 4 deleted so far" in drawn
+    assert drawn.endswith(b"\r\x1b[K")  # the line is wiped before the summary
