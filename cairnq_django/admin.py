@@ -304,7 +304,10 @@ class TaskAdmin(admin.ModelAdmin):
             return "-"
         percent = round(task.progress * 100)
         return format_html(
-            '<progress class="cq-progress" max="100" value="{}"></progress> {}%', percent, percent
+            '<span class="cq-nowrap"><progress class="cq-progress" max="100" value="{}">'
+            "</progress> {}%</span>",
+            percent,
+            percent,
         )
 
     @admin.display(description=_("key"))
