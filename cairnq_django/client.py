@@ -48,6 +48,11 @@ def _delay_ms(delay: timedelta | int | float | None, run_at: datetime | None) ->
     return ms
 
 
+def _check_key(key: Any) -> None:
+    if key is not None and (not isinstance(key, str) or not key):
+        raise ValueError(f"key must be a non-empty string, got {key!r}.")
+
+
 def enqueue(
     name: str,
     payload: Any = None,
@@ -77,6 +82,7 @@ def enqueue(
         raise ValueError(
             f"Unknown conflict strategy {conflict!r}; use one of {', '.join(CONFLICTS)}."
         )
+    _check_key(key)
     spec = store.prepare(
         name,
         payload,
@@ -144,6 +150,7 @@ def enqueue_many(
                 delay_ms=_delay_ms(item.get("delay"), item.get("run_at")),
             )
         )
+        _check_key(item.get("key"))
         keys.append((item.get("key"), conflict))
     for queue in {spec["queue"] for spec in specs}:
         wait_for_headroom(store, queue)

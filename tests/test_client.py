@@ -130,6 +130,8 @@ def test_run_at_takes_an_aware_datetime(db):
         {"priority": 1.5},
         {"queue": ""},
         {"metadata": ["not", "a", "dict"]},
+        {"key": ""},
+        {"key": 42},
     ],
 )
 def test_invalid_options_are_refused_before_writing(db, options):
@@ -172,6 +174,7 @@ def test_enqueue_many_reuses_keys_like_enqueue(db):
         {"payload": {}},
         {"name": "x", "conflict": "nope"},
         {"name": "x", "run_at": datetime(2030, 1, 1)},
+        {"name": "x", "key": ""},
     ],
 )
 def test_enqueue_many_validates_everything_before_writing(db, bad):
@@ -333,6 +336,17 @@ def test_enqueue_waits_for_headroom(live_store):
     assert claimed.is_set()
     thread.join()
     assert live_store.get(first.id).status == "running" and second.status == "queued"
+
+
+@override_settings(CAIRNQ={"MAX_QUEUE_DEPTH": 1, "MAX_QUEUE_WAIT": 600_000})
+def test_a_full_queue_inside_a_transaction_raises_at_once(live_store):
+    """No ten-minute wait: waiting would hold the very transaction that blocks workers."""
+    cairnq_django.enqueue("bp")
+    with pytest.raises(QueueFull):
+        with transaction.atomic():
+            Group.objects.create(name="with-full-queue")
+            cairnq_django.enqueue("bp")
+    assert count_tasks() == 1 and not Group.objects.filter(name="with-full-queue").exists()
 
 
 # --------------------------------------------------------------- on_commit
