@@ -164,3 +164,25 @@ def test_worker_reconnects_after_its_connections_are_killed(live_store):
         worker.stop()
         thread.join(30)
     assert not thread.is_alive()
+
+
+def test_sweep_runs_retention_beside_the_worker(live_store, settings):
+    settings.CAIRNQ = {"RETENTION": {"succeeded": 60_000}}
+    old = live_store.submit("ip.old", {})
+    [claimed] = live_store.claim(queues=["default"], worker_id="w-old", names=["ip.old"])
+    live_store.complete(claimed.id, "w-old", None)
+    live_store._rows(
+        "UPDATE cairnq_tasks SET completed_at_ms = completed_at_ms - 3600000 WHERE id = %(id)s",
+        {"id": old.id},
+    )
+    reg = Registry()
+    reg.register("ip.ok", lambda ctx, payload: 1)
+    worker = Worker(registry=reg, poll_ms=50, sweep=True)
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        wait_for(lambda: get(old.id) is None, timeout=30, message="The sweeper did not run.")
+    finally:
+        worker.stop()
+        thread.join(30)
+    assert not thread.is_alive()

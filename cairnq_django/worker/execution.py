@@ -86,6 +86,9 @@ class Execution:
     def run_sync(self, call: Call) -> None:
         """Run a sync handler call on the current (handler) thread, then settle."""
         call.thread = threading.current_thread()
+        if call.abandoned:  # given up on before a thread was free to start it
+            self.on_done(call)
+            return
         close_old_connections()
         try:
             self.started(call)

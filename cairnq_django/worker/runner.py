@@ -426,11 +426,12 @@ class Worker:
         deadline = time.monotonic() + self.poll_ms / 1000
         while not self._stopping:
             remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            # A call that ended may have freed a per-name slot: look again.
+            if remaining <= 0 or self._changed.is_set():
                 return
-            step = min(remaining, 0.5)
+            step = min(remaining, _SLICE_S)
             if wakeup is None:
-                time.sleep(min(step, _SLICE_S))
+                self._changed.wait(step)
                 continue
             try:
                 if wakeup.wait_for_queued(self.queues, step):
