@@ -466,7 +466,7 @@ class RetentionSweeper:
         if not hook_path:
             return
         try:
-            import_string(hook_path)(exc, {"component": "retention", "database": self.using})
+            import_string(hook_path)(exc, {"phase": "sweep", "database": self.using})
         except Exception:  # a reporting hook must never end the sweep loop
             logger.exception("settings.CAIRNQ['ON_ERROR'] raised while reporting a sweep error.")
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from datetime import timedelta
 
 import pytest
@@ -367,6 +368,14 @@ def test_run_returns_at_once_when_retention_is_off(settings):
 
 
 # ----------------------------------------------------- run() in a thread
+def eventually(predicate, timeout_s=60):
+    """Poll until predicate() is true or the deadline passes; return its last value."""
+    deadline = time.monotonic() + timeout_s
+    while not (value := predicate()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return value
+
+
 def start(sweeper):
     thread = threading.Thread(target=sweeper.run, daemon=True)
     thread.start()
@@ -442,3 +451,34 @@ def test_stop_interrupts_the_interval_sleep(live_store):
     assert sweeper.stop(timeout=60) is True
     thread.join(60)
     assert not thread.is_alive()
+
+
+SURVIVED = []
+
+
+def record_error(exc, context):
+    SURVIVED.append((type(exc).__name__, context))
+
+
+def test_a_failing_sweep_is_reported_and_the_loop_carries_on(live_store, settings):
+    settings.CAIRNQ = {"ON_ERROR": "tests.test_retention.record_error"}
+    SURVIVED.clear()
+    make(live_store, "succeeded", age_ms=2 * HOUR, n=2)
+    sweeps = []
+    sweeper = RetentionSweeper(
+        rules=HOUR, pause_ms=0, interval_ms=50, on_sweep=lambda results: sweeps.append(results)
+    )
+    with connections["default"].cursor() as cursor:
+        # A real failure: the table is gone while the sweeper starts.
+        cursor.execute("ALTER TABLE cairnq_tasks RENAME TO cairnq_tasks_away")
+    thread = start(sweeper)
+    try:
+        eventually(lambda: SURVIVED)
+    finally:
+        with connections["default"].cursor() as cursor:
+            cursor.execute("ALTER TABLE cairnq_tasks_away RENAME TO cairnq_tasks")
+    assert SURVIVED and SURVIVED[0][1] == {"phase": "sweep", "database": "default"}
+    assert eventually(lambda: any(r.deleted for results in sweeps for r in results))
+    assert sweeper.stop(timeout=60) is True
+    thread.join(60)
+    assert remaining(live_store) == set()
