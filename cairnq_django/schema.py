@@ -187,10 +187,43 @@ _META_ROWS = [
     ),
     (
         "INSERT INTO cairnq_meta (key, value) VALUES ('schema_version', %s)"
-        " ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        # DO NOTHING: a newer peer may already have moved the schema on.
+        " ON CONFLICT (key) DO NOTHING",
         [str(SCHEMA_VERSION)],
     ),
 ]
+
+
+def installed_schema_version(cursor, vendor: str) -> int | None:
+    """Return the schema_version already recorded in this database, or None if there is none."""
+    if vendor == "postgresql":
+        cursor.execute("SELECT to_regclass('cairnq_meta') IS NOT NULL")
+    else:
+        cursor.execute(
+            "SELECT count(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = 'cairnq_meta'"
+        )
+    if not cursor.fetchone()[0]:
+        return None
+    cursor.execute("SELECT value FROM cairnq_meta WHERE key = 'schema_version'")
+    row = cursor.fetchone()
+    return int(row[0]) if row else None
+
+
+def refuse_outdated_schema(cursor, vendor: str) -> None:
+    """Raise if a peer already installed an older schema this migration cannot upgrade.
+
+    Our DDL is idempotent, not incremental: over a schema-7 installation it
+    would leave the old claim indexes in place while recording every upstream
+    migration as applied, so no peer would ever rebuild them.
+    """
+    version = installed_schema_version(cursor, vendor)
+    if version is not None and version < SCHEMA_VERSION:
+        raise RuntimeError(
+            f"This database already holds CairnQ tables at schema_version {version}, created "
+            f"by another CairnQ implementation; cairnq_django needs {SCHEMA_VERSION}. Upgrade "
+            "them first by connecting cairnq>=0.15 (or another peer at schema 10) once, then "
+            "run migrate again."
+        )
 
 
 def create_statements(vendor: str) -> list[tuple[str, list]]:

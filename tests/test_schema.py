@@ -299,3 +299,36 @@ def test_json_columns_round_trip_through_the_peer_schema(ours):
         text, kind = ours.fetchone()
         assert kind == "object"
     assert json.loads(text) == {"a": [1, 2.5, None, "x"]}
+
+
+def test_a_newer_schema_version_is_not_rolled_back(peer_db):
+    cursor = peer_db.cursor()
+    cursor.execute("UPDATE cairnq_meta SET value = '11' WHERE key = 'schema_version'")
+    _apply_our_migration(peer_db)
+    assert dict(catalog.meta_rows(cursor))["schema_version"] == "11"
+
+
+def test_an_older_peer_schema_is_refused_with_a_clear_message(peer_db):
+    from cairnq_django.schema import installed_schema_version, refuse_outdated_schema
+
+    cursor = peer_db.cursor()
+    assert installed_schema_version(cursor, VENDOR) == SCHEMA_VERSION
+    refuse_outdated_schema(cursor, VENDOR)  # current: fine
+    cursor.execute("UPDATE cairnq_meta SET value = '7' WHERE key = 'schema_version'")
+    with pytest.raises(RuntimeError, match="schema_version 7.*cairnq>=0.15"):
+        refuse_outdated_schema(cursor, VENDOR)
+
+
+def test_a_fresh_database_has_no_installed_schema(tmp_path):
+    from cairnq_django.schema import installed_schema_version
+
+    if VENDOR == "sqlite":
+        conn = sqlite3.connect(str(tmp_path / "empty.sqlite3"))
+        assert installed_schema_version(conn.cursor(), VENDOR) is None
+        conn.close()
+    else:
+        import psycopg
+
+        with catalog.scratch_postgres_database("empty") as name:
+            with psycopg.connect(**catalog.pg_conninfo(name)) as conn:
+                assert installed_schema_version(conn.cursor(), VENDOR) is None

@@ -2,7 +2,7 @@
 
 from django.db import migrations, models
 
-from cairnq_django.schema import create_statements, drop_statements
+from cairnq_django.schema import create_statements, drop_statements, refuse_outdated_schema
 
 
 def create_protocol_schema(apps, schema_editor):
@@ -10,6 +10,7 @@ def create_protocol_schema(apps, schema_editor):
     # indexes, trigger, meta rows and the peers' migration ledger.
     vendor = schema_editor.connection.vendor
     with schema_editor.connection.cursor() as cursor:
+        refuse_outdated_schema(cursor, vendor)
         for sql, params in create_statements(vendor):
             cursor.execute(sql, params)
 
