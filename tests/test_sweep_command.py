@@ -264,3 +264,28 @@ def test_progress_is_redrawn_in_place_on_a_terminal(live_store, child_env):
     assert child.stdout == "Deleted 7 finished tasks older than 1h (4 batches).\n"
     assert b"\r\x1b[Kfinished tasks older than 1h: 4 deleted so far" in drawn
     assert drawn.endswith(b"\r\x1b[K")  # the line is wiped before the summary
+
+
+def test_a_signal_ends_a_one_off_sweep_after_the_batch_in_flight(live_store, child_env):
+    make(live_store, "succeeded", age_ms=2 * HOUR, n=200)
+    # One row per statement with the default 50 ms pause: about ten seconds of sweeping.
+    child = subprocess.Popen(
+        [sys.executable, "-m", "django", "cairnq_sweep", "--older-than", "1h",
+         "--batch-size", "1", "--progress"],
+        cwd=PROJECT_ROOT, env=dict(child_env, PYTHONUNBUFFERED="1"),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        read_until(child.stderr, "deleted so far")
+        child.send_signal(signal.SIGTERM)
+        out, err = child.communicate(timeout=60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
+    assert child.returncode == 0, err
+    deleted = 200 - len(remaining(live_store))
+    assert 0 < deleted < 200
+    assert out == (
+        f"Deleted {deleted} finished tasks older than 1h ({deleted} batches, stopped early).\n"
+    )

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import signal
+import threading
 import time
+from contextlib import contextmanager
 
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
@@ -75,6 +77,28 @@ class Progress:
         self.stream.flush()
 
 
+@contextmanager
+def stop_on_signals(sweeper):
+    """Turn the first SIGINT/SIGTERM into sweeper.stop(); a second one exits at once."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal handlers can only be set from the main thread
+        return
+
+    def on_signal(signum, frame):
+        # Only flag the stop: the sweep runs on this very thread, so waiting
+        # for it inside the handler would wait forever.
+        for sig in previous:
+            signal.signal(sig, signal.SIG_DFL)
+        sweeper.stop(timeout=0)
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 class Command(BaseCommand):
     help = (
         "Delete finished CairnQ tasks by settings.CAIRNQ['RETENTION'] in short batches. "
@@ -132,10 +156,17 @@ class Command(BaseCommand):
             raise CommandError(str(exc)) from None
         if progress is not None:
             progress.batch_size = sweeper.batch_size
-        if options["loop"]:
-            self._loop(sweeper)
-        else:
-            self._report(sweeper.sweep_once(), progress, quiet_if_empty=False)
+        with stop_on_signals(sweeper):
+            if options["loop"]:
+                self.stdout.write(
+                    f"Sweeping database {using!r} every "
+                    f"{format_duration(sweeper.interval_ms)} until SIGTERM or SIGINT."
+                )
+                self.stdout.flush()
+                sweeper.run()
+                self.stdout.write("Stopped.")
+            else:
+                self._report(sweeper.sweep_once(), progress, quiet_if_empty=False)
 
     def _rules(self, options):
         older_than = options["older_than"]
@@ -165,28 +196,6 @@ class Command(BaseCommand):
             )
         return rules
 
-    def _loop(self, sweeper):
-        def on_signal(signum, frame):
-            # Only flag the stop here: the sweep runs on this very thread, so
-            # waiting for it inside the handler would wait forever. A second
-            # signal gets the default behaviour (exit now).
-            signal.signal(signal.SIGINT, signal.SIG_DFL)
-            signal.signal(signal.SIGTERM, signal.SIG_DFL)
-            sweeper.stop(timeout=0)
-
-        previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
-        self.stdout.write(
-            f"Sweeping database {sweeper.using!r} every {format_duration(sweeper.interval_ms)} "
-            "until SIGTERM or SIGINT."
-        )
-        self.stdout.flush()
-        try:
-            sweeper.run()
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
-        self.stdout.write("Stopped.")
-
     def _report(self, results, progress, *, quiet_if_empty):
         if progress is not None:
             progress.clear()
@@ -196,12 +205,13 @@ class Command(BaseCommand):
             total += result.deleted
             if quiet_if_empty and not result.deleted and self.verbosity < 2:
                 continue
-            line = f"{verb} {result.deleted:,} {result.description}"
+            notes = []
             if not result.dry_run:
-                line += f" ({result.batches} batch{'es' if result.batches != 1 else ''})"
+                notes.append(f"{result.batches} batch{'es' if result.batches != 1 else ''}")
             if not result.complete:
-                line += " (stopped early)"
-            self.stdout.write(line + ".")
+                notes.append("stopped early")
+            line = f"{verb} {result.deleted:,} {result.description}"
+            self.stdout.write(line + (f" ({', '.join(notes)})." if notes else "."))
         if len(results) > 1 and (total or not quiet_if_empty or self.verbosity >= 2):
             self.stdout.write(f"{verb} {total:,} tasks in all.")
         self.stdout.flush()
