@@ -197,3 +197,13 @@ def test_lease_invariant_over_every_transition(store):
         assert_lease_invariant(store)
         path(task)
         assert_lease_invariant(store)
+
+
+def test_an_error_that_is_not_json_is_reduced_to_its_text(store):
+    task = run(store, max_attempts=1)
+    envelope = {"type": "T", "code": "c", "message": "m", "retryable": False,
+                "details": {"when": object()}}
+    failed = store.fail(task.id, "w1", envelope, retryable=False)
+    assert failed.status == "failed"
+    assert failed.error == {"type": "T", "code": "c", "message": "m", "retryable": False,
+                            "details": {}}

@@ -25,6 +25,7 @@ from ..errors import (
     CairnQError,
     LostLease,
     ProtocolVersionMismatch,
+    SerializationError,
     error_envelope,
 )
 from ..ids import new_task_id
@@ -76,6 +77,26 @@ def _in(column: str, values: Sequence[Any], prefix: str, params: dict) -> str:
 def _result_json(result: Any) -> str | None:
     """Encode a handler's result; None is stored as SQL NULL, as the peers store it."""
     return None if result is None else jsoncodec.dumps(result, what="result")
+
+
+def _error_json(error: Any, retryable: bool) -> str:
+    """Encode a failure record; one that is not JSON is cut down to its text fields.
+
+    Raising here would leave the task running until its lease expired, over a
+    detail nobody can store.
+    """
+    try:
+        return jsoncodec.dumps(error, what="error")
+    except SerializationError:
+        fields = error if isinstance(error, dict) else {}
+        return jsoncodec.dumps(
+            error_envelope(
+                type=str(fields.get("type", "Error")),
+                code=str(fields.get("code", "handler_error")),
+                message=str(fields.get("message", error if not fields else "")),
+                retryable=bool(retryable),
+            )
+        )
 
 
 def _check_positive(name: str, value: Any, minimum: int = 1) -> None:
@@ -692,7 +713,7 @@ class Store:
             f" message = CASE WHEN {requeue} THEN NULL ELSE message END",
             task_id, worker_id,
             {
-                "error": jsoncodec.dumps(error, what="error"),
+                "error": _error_json(error, retryable),
                 "retryable": bool(retryable),
                 "delay_ms": delay_ms,
             },
