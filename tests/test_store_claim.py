@@ -196,3 +196,9 @@ def test_heartbeat_batch_answers_only_for_held_tasks(store):
     assert store.get(held.id).lease_until_ms > held.lease_until_ms
     assert store.get(expired.id).lease_until_ms == expired_lease  # not revived
     assert store.heartbeat_batch([], "w1", 1000) == {}
+
+
+def test_heartbeat_batch_answers_in_the_order_asked(store):
+    tasks = [run(store, f"o{i}") for i in range(4)]
+    asked = [t.id for t in reversed(tasks)]
+    assert list(store.heartbeat_batch(asked, "w1", 30_000)) == asked

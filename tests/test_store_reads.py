@@ -111,3 +111,19 @@ def test_queue_depth_counts_queued_including_delayed(store):
     assert store.queue_depth("d", 3) == 0  # never negative
     with pytest.raises(ValueError):
         store.queue_depth("d", 0)
+
+
+def test_task_ids_are_prefixed_ulids_with_a_millisecond_clock(store):
+    import re
+    import time
+
+    crockford = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+    before = int(time.time() * 1000)
+    task = store.submit("r")
+    after = int(time.time() * 1000)
+    assert re.fullmatch(r"task_[0-9A-HJKMNP-TV-Z]{26}", task.id)
+    stamp = 0
+    for char in task.id[5:15]:  # 10 characters = the 48-bit millisecond time
+        stamp = stamp * 32 + crockford.index(char)
+    assert before <= stamp <= after
+    assert len({store.submit("r").id for _ in range(50)}) == 50
