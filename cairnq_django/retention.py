@@ -34,7 +34,7 @@ from django.utils.module_loading import import_string
 
 from .conf import cairnq_settings, to_ms
 from .records import STATUSES, TERMINAL_STATUSES
-from .store import get_store
+from .store import Store, get_store
 
 logger = logging.getLogger("cairnq_django.retention")
 
@@ -165,7 +165,8 @@ def _cutoff_errors(value: Any, where: str) -> list[tuple[str, str]]:
     if not math.isfinite(ms):
         return [(f"{where} is {value!r}, which is not a finite duration.", _CUTOFF_HINT)]
     if ms < 0:
-        return [(f"{where} is negative ({value!r}); a cutoff cannot be in the future.", _CUTOFF_HINT)]
+        message = f"{where} is negative ({value!r}); a cutoff cannot be in the future."
+        return [(message, _CUTOFF_HINT)]
     return []
 
 
@@ -185,7 +186,8 @@ def _text_errors(value: Any, where: str, field: str) -> list[tuple[str, str]]:
     return [
         (
             f"{where}[{field!r}] must be a non-empty string, not {value!r}.",
-            f"Give the {field} to match as a string, or leave '{field}' out to match every {field}.",
+            f"Give the {field} to match as a string, or leave '{field}' out to match "
+            f"every {field}.",
         )
     ]
 
@@ -254,7 +256,10 @@ def retention_config_errors(value: Any, *, label: str = SETTING) -> list[tuple[s
             errors += _rule_errors(rule, f"{label}[{i}]")
         return errors
     return [
-        (f"{label} must be None, a cutoff, a dict or a list, not {type(value).__name__}.", _FORMS_HINT)
+        (
+            f"{label} must be None, a cutoff, a dict or a list, not {type(value).__name__}.",
+            _FORMS_HINT,
+        )
     ]
 
 
@@ -286,7 +291,7 @@ def parse_retention(value: Any, *, label: str = SETTING) -> list[RetentionRule]:
 
 
 # ---------------------------------------------------------------- sweeper
-def _count_purgeable(store, rule: RetentionRule) -> int:
+def _count_purgeable(store: Store, rule: RetentionRule) -> int:
     """Count what `store.purge` would delete for a rule: the same filters, read only."""
     params: dict[str, Any] = {"older_than_ms": rule.older_than_ms}
     where = ["status IN ('succeeded', 'failed', 'canceled')"]
@@ -365,7 +370,7 @@ class RetentionSweeper:
         return cls(using=using, **overrides)
 
     @property
-    def store(self):
+    def store(self) -> Store:
         return get_store(self.using)
 
     @property
@@ -461,7 +466,9 @@ class RetentionSweeper:
                 )
 
     def _report(self, exc: Exception) -> None:
-        logger.exception("Retention sweep on database %r failed; retrying next interval.", self.using)
+        logger.exception(
+            "Retention sweep on database %r failed; retrying next interval.", self.using
+        )
         hook_path = cairnq_settings.ON_ERROR
         if not hook_path:
             return

@@ -72,8 +72,12 @@ INVALID = [
     pytest.param("7d", "is the string '7d'", "only by the cairnq_sweep command", id="string"),
     pytest.param(True, "must be None, a cutoff, a dict or a list, not bool", "Use None", id="bool"),
     pytest.param(float("inf"), "not a finite duration", "timedelta", id="infinite"),
-    pytest.param({}, "is an empty dict, which sweeps nothing", "set RETENTION to None", id="empty-map"),
-    pytest.param([], "is an empty list, which sweeps nothing", "Give at least one rule", id="empty-list"),
+    pytest.param(
+        {}, "is an empty dict, which sweeps nothing", "set RETENTION to None", id="empty-map"
+    ),
+    pytest.param(
+        [], "is an empty list, which sweeps nothing", "Give at least one rule", id="empty-list"
+    ),
     pytest.param(
         {"queued": HOUR}, "has a key 'queued', which is not a finished status",
         "'succeeded', 'failed' or 'canceled'", id="live-status",

@@ -123,9 +123,15 @@ class Command(BaseCommand):
             "--status", action="append", default=[], choices=TERMINAL_STATUSES,
             help="Only this finished status (repeatable).",
         )
-        parser.add_argument("--queue", action="append", default=[], help="Only this queue (repeatable).")
-        parser.add_argument("--name", action="append", default=[], help="Only this task name (repeatable).")
-        parser.add_argument("--database", help="Database alias (default: settings.CAIRNQ['DATABASE']).")
+        parser.add_argument(
+            "--queue", action="append", default=[], help="Only this queue (repeatable)."
+        )
+        parser.add_argument(
+            "--name", action="append", default=[], help="Only this task name (repeatable)."
+        )
+        parser.add_argument(
+            "--database", help="Database alias (default: settings.CAIRNQ['DATABASE'])."
+        )
         parser.add_argument(
             "--batch-size", metavar="N",
             help="Rows per delete statement (default: settings.CAIRNQ['SWEEP_BATCH_SIZE']).",
