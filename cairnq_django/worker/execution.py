@@ -94,7 +94,7 @@ class Execution:
             self.started(call)
             try:
                 result = call.registration.fn(*call.args())
-            except Exception as exc:
+            except BaseException as exc:  # SystemExit in a handler fails the task, not the thread
                 self.finish_raised(call, exc)
             else:
                 self.finish_returned(call, result)
@@ -126,7 +126,7 @@ class Execution:
                 if not call.abandoned:
                     raise
                 return  # abandoned: the worker has already settled its tasks
-            except Exception as exc:
+            except BaseException as exc:
                 await on_db(partial(self.finish_raised, call, exc))
             else:
                 await on_db(partial(self.finish_returned, call, result))

@@ -10,6 +10,7 @@ a fresh thread takes its place, and it exits once its handler returns.
 from __future__ import annotations
 
 import asyncio
+import logging
 import queue
 import threading
 from collections.abc import Callable, Coroutine
@@ -17,6 +18,8 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from django.db import connections
+
+logger = logging.getLogger("cairnq_django.worker")
 
 
 class _HandlerThread(threading.Thread):
@@ -31,7 +34,11 @@ class _HandlerThread(threading.Thread):
                 job = self.pool.jobs.get()
                 if job is None:
                     break
-                job()
+                try:
+                    job()
+                except BaseException:
+                    # Jobs report their own errors; the thread must outlive them.
+                    logger.exception("A cairnq handler thread job raised.")
         finally:
             connections.close_all()
 

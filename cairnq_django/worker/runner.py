@@ -25,6 +25,7 @@ from django.db import connections
 from django.utils.module_loading import import_string
 
 from ..conf import cairnq_settings
+from ..errors import ProtocolVersionMismatch
 from ..ids import ulid
 from ..records import TaskRecord
 from ..store import get_store
@@ -268,6 +269,8 @@ class Worker:
                 continue
             try:
                 claimed = self._poll(free)
+            except ProtocolVersionMismatch:
+                raise  # never run against a database speaking another protocol
             except Exception as exc:
                 self.report(exc, phase="claim")
                 _close_connection(self.using)
