@@ -102,8 +102,8 @@ def stop_on_signals(sweeper):
 class Command(BaseCommand):
     help = (
         "Delete finished CairnQ tasks by settings.CAIRNQ['RETENTION'] in short batches. "
-        "Sweeps once unless --loop is given; --older-than/--status/--queue/--name make a "
-        "one-off sweep."
+        "Sweeps once unless --loop is given. --older-than replaces the settings for a one-off "
+        "sweep; --status/--queue/--name narrow it, or the settings' rules."
     )
 
     def add_arguments(self, parser):
