@@ -4,6 +4,7 @@ DATABASE_URL picks the database (default: a SQLite file in example_project/db/),
 e.g. DATABASE_URL=postgres://user@127.0.0.1:5432/demo for PostgreSQL.
 """
 
+from datetime import timedelta
 from pathlib import Path
 
 import environ
@@ -75,6 +76,13 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 CAIRNQ = {
     # The demo's handlers send email; a handful of threads is plenty.
     "CONCURRENCY": 4,
+    # Finished tasks are deleted after a while by `cairnq_worker --sweep`
+    # (scripts/demo runs it so) or by `manage.py cairnq_sweep`.
+    "RETENTION": {
+        "succeeded": timedelta(days=1),
+        "canceled": timedelta(days=1),
+        "failed": timedelta(days=7),
+    },
 }
 
 # Emails are printed by whichever process sends them: here, the worker.
