@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from django.contrib.auth.models import Permission, User
+from django.db import connections
 
 from .storeutil import run
 
@@ -59,6 +60,9 @@ def browser(monkeypatch):
             yield browser
         finally:
             browser.close()
+            # Django keys connections by context, and Playwright's loop gives
+            # the test its own; close it so the test database can be dropped.
+            connections.close_all()
 
 
 def _user(username: str, *codenames: str, superuser: bool = False) -> User:
