@@ -28,7 +28,7 @@ from ..errors import (
     SerializationError,
     error_envelope,
 )
-from ..ids import new_task_id
+from ..ids import new_task_id, now_ms
 from ..records import (
     CONFLICTS,
     STATUSES,
@@ -53,6 +53,27 @@ _INSERT_COLUMNS = (
     "id, name, queue, status, payload, metadata, max_attempts, priority, run_at_ms,"
     " parent_id, root_id, correlation_id, created_at_ms, updated_at_ms"
 )
+
+# The prepared-spec fields, in _INSERT_COLUMNS order (status and clocks aside).
+_SPEC_COLUMNS = (
+    "id", "name", "queue", "payload", "metadata", "max_attempts", "priority",
+    "delay_ms", "parent_id", "root_id", "correlation_id",
+)
+
+
+def _inserted_record(spec: dict[str, Any], now: int) -> TaskRecord:
+    """The row a fresh INSERT of `spec` at `now` holds, without reading it back."""
+    return TaskRecord(
+        id=spec["id"], name=spec["name"], queue=spec["queue"], status="queued",
+        payload=jsoncodec.loads(spec["payload"]), result=None, error=None,
+        metadata=jsoncodec.loads(spec["metadata"]), progress=None, message=None,
+        attempt=0, max_attempts=spec["max_attempts"], priority=spec["priority"],
+        worker_id=None, lease_until_ms=None, run_at_ms=now + spec["delay_ms"],
+        cancel_requested_at_ms=None, parent_id=spec["parent_id"], root_id=spec["root_id"],
+        correlation_id=spec["correlation_id"], created_at_ms=now, updated_at_ms=now,
+        completed_at_ms=None,
+    )
+
 
 _verified_aliases: set[str] = set()
 _verify_lock = threading.Lock()
@@ -167,21 +188,6 @@ class Store:
             self._rows("SELECT pg_advisory_xact_lock(hashtextextended(%(key)s::text, 0))", {"key": key})
 
     # ------------------------------------------------------------------ submit
-    def _insert_values(self, spec: dict[str, Any], i: int, params: dict) -> str:
-        now = self._now
-        for column in (
-            "id", "name", "queue", "payload", "metadata", "max_attempts", "priority",
-            "delay_ms", "parent_id", "root_id", "correlation_id",
-        ):
-            params[f"{column}_{i}"] = spec[column]
-        j = self.dialect.json
-        return (
-            f"(%(id_{i})s, %(name_{i})s, %(queue_{i})s, 'queued', "
-            f"{j.format(name=f'payload_{i}')}, {j.format(name=f'metadata_{i}')}, "
-            f"%(max_attempts_{i})s, %(priority_{i})s, {now} + %(delay_ms_{i})s, "
-            f"%(parent_id_{i})s, %(root_id_{i})s, %(correlation_id_{i})s, {now}, {now})"
-        )
-
     def prepare(
         self,
         name: str,
@@ -224,11 +230,60 @@ class Store:
         }
 
     def _insert(self, specs: Sequence[dict[str, Any]]) -> list[TaskRecord]:
-        params: dict[str, Any] = {}
-        values = ", ".join(self._insert_values(spec, i, params) for i, spec in enumerate(specs))
-        return self._tasks(
-            f"INSERT INTO cairnq_tasks ({_INSERT_COLUMNS}) VALUES {values} RETURNING *", params
+        """Insert prepared tasks; build their records from the specs and the insert's clock.
+
+        Only "now" comes back from the database: the rest of each row is what
+        was just written, and reading it back (RETURNING *, decoding JSON a
+        second time) cost about as much as the insert itself in a bulk enqueue.
+        Placeholders are positional: SQLite resolves a named one by a linear
+        scan, so a 500-row statement spent ~90% of its time binding 7,000
+        names; Postgres gets the rows as arrays through unnest(), one short
+        statement to parse and plan whatever the batch size.
+        """
+        if not specs:
+            return []
+        self._verify_protocol()
+        with connections[self.using].cursor() as cursor:
+            if self.dialect.vendor == "postgresql":
+                now = self._insert_postgres(cursor, specs)
+            else:
+                now = self._insert_sqlite(cursor, specs)
+        return [_inserted_record(spec, now) for spec in specs]
+
+    def _insert_postgres(self, cursor, specs: Sequence[dict[str, Any]]) -> int:
+        columns = [[spec[c] for spec in specs] for c in _SPEC_COLUMNS]
+        # The clock is read once in the FROM clause, so every row (and the
+        # value returned) shares it, as with the single VALUES row before.
+        cursor.execute(
+            f"INSERT INTO cairnq_tasks ({_INSERT_COLUMNS})"
+            " SELECT u.id, u.name, u.queue, 'queued', u.payload::jsonb, u.metadata::jsonb,"
+            " u.max_attempts, u.priority, c.now + u.delay_ms, u.parent_id, u.root_id,"
+            " u.correlation_id, c.now, c.now"
+            f" FROM (SELECT {self._now} AS now) c, unnest(%s::text[], %s::text[], %s::text[],"
+            " %s::text[], %s::text[], %s::int[], %s::int[], %s::bigint[], %s::text[],"
+            " %s::text[], %s::text[]) AS u(id, name, queue, payload, metadata, max_attempts,"
+            " priority, delay_ms, parent_id, root_id, correlation_id)"
+            " RETURNING created_at_ms",
+            columns,
         )
+        return cursor.fetchone()[0]
+
+    def _insert_sqlite(self, cursor, specs: Sequence[dict[str, Any]]) -> int:
+        now = now_ms()
+        # int() keeps the inlined clock a plain literal; 1,000 rows x 11
+        # values stays under SQLite's 32,766 bound parameters.
+        row = (
+            f"(%s, %s, %s, 'queued', %s, %s, %s, %s, {int(now)} + %s, %s, %s, %s,"
+            f" {int(now)}, {int(now)})"
+        )
+        for start in range(0, len(specs), 1000):
+            chunk = specs[start : start + 1000]
+            cursor.execute(
+                f"INSERT INTO cairnq_tasks ({_INSERT_COLUMNS}) VALUES "
+                + ", ".join([row] * len(chunk)),
+                [spec[c] for spec in chunk for c in _SPEC_COLUMNS],
+            )
+        return now
 
     def submit(
         self,
@@ -303,7 +358,7 @@ class Store:
         specs: Sequence[dict[str, Any]],
         *,
         keys: Sequence[tuple[str | None, str]] | None = None,
-        chunk_size: int = 500,
+        chunk_size: int = 5000,
     ) -> list[TaskRecord]:
         """Write prepared tasks (see `prepare`) in one transaction, in input order.
 
