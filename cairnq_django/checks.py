@@ -39,6 +39,20 @@ def check_settings(app_configs=None, **kwargs):
                     id="cairnq.E003",
                 )
             )
+    for key in ("WAIT_POLL_INITIAL", "WAIT_POLL_MAX"):
+        try:
+            value = to_ms(user.get(key, 1))
+        except TypeError:
+            continue  # reported above
+        if value is not None and value == 0:
+            errors.append(
+                Error(
+                    f"settings.CAIRNQ[{key!r}] is 0, which would make wait() and call() "
+                    "query the database in a tight loop.",
+                    hint="Use at least 1 millisecond; the defaults are 100 and 500.",
+                    id="cairnq.E003",
+                )
+            )
     errors += _check_queue_depth(user.get("MAX_QUEUE_DEPTH"))
     errors += _check_positive_int(user, "CONCURRENCY")
     errors += _check_positive_int(user, "SWEEP_BATCH_SIZE")

@@ -61,8 +61,9 @@ class _Poll:
     def __init__(self, store, task_id, key, timeout, poll_initial_ms, poll_max_ms, raise_on_failure):
         self.store, self.task_id, self.key = store, task_id, key
         self.raise_on_failure = raise_on_failure
-        self.interval = (poll_initial_ms or cairnq_settings.WAIT_POLL_INITIAL) / 1000
-        self.ceiling = (poll_max_ms or cairnq_settings.WAIT_POLL_MAX) / 1000
+        # Floored at 1 ms: a zero interval would never grow and spin on the database.
+        self.interval = max(1, poll_initial_ms or cairnq_settings.WAIT_POLL_INITIAL) / 1000
+        self.ceiling = max(1, poll_max_ms or cairnq_settings.WAIT_POLL_MAX) / 1000
         self.started = time.monotonic()
         self.deadline = None if timeout is None else self.started + timeout
         self.probed_id = task_id

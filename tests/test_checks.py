@@ -60,6 +60,8 @@ def test_the_test_settings_pass():
         ({"LEASE": -5}, ["cairnq.E003"]),
         ({"MAX_QUEUE_WAIT": "5s"}, ["cairnq.E003"]),
         ({"WAIT_POLL_MAX": None}, ["cairnq.E003"]),
+        ({"WAIT_POLL_INITIAL": 0}, ["cairnq.E003"]),
+        ({"WAIT_POLL_MAX": timedelta(0)}, ["cairnq.E003"]),
         ({"MAX_QUEUE_DEPTH": 0}, ["cairnq.E004"]),
         ({"MAX_QUEUE_DEPTH": {"a": "ten"}}, ["cairnq.E004"]),
         ({"MAX_QUEUE_DEPTH": True}, ["cairnq.E004"]),
