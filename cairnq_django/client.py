@@ -19,13 +19,24 @@ from .records import CONFLICTS, TaskRecord
 from .store import get_store
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PendingTask:
-    """What an on_commit enqueue returns: the id the task will have once written."""
+    """What an on_commit enqueue returns, filled in once the task is written.
+
+    `id` is the id the new task will have; `task` is None until the caller's
+    transaction commits and the write happens. A keyed enqueue that reuses a
+    live task then points `id` and `task` at that task instead.
+    """
 
     id: str
     name: str
     queue: str
+    key: str | None = None
+    task: TaskRecord | None = None
+
+    @property
+    def written(self) -> bool:
+        return self.task is not None
 
 
 def _delay_ms(delay: timedelta | int | float | None, run_at: datetime | None) -> int:
@@ -95,16 +106,21 @@ def enqueue(
     )
     if on_commit is None:
         on_commit = cairnq_settings.ENQUEUE_ON_COMMIT
-    write = partial(_write, store, spec, key, conflict)
     if on_commit:
-        transaction.on_commit(write, using=DEFAULT_DB_ALIAS)
-        return PendingTask(id=spec["id"], name=name, queue=queue)
-    return write()
+        pending = PendingTask(id=spec["id"], name=name, queue=queue, key=key)
+        transaction.on_commit(
+            partial(_write, store, spec, key, conflict, pending), using=DEFAULT_DB_ALIAS
+        )
+        return pending
+    return _write(store, spec, key, conflict)
 
 
-def _write(store, spec, key, conflict) -> TaskRecord:
+def _write(store, spec, key, conflict, pending: PendingTask | None = None) -> TaskRecord:
     wait_for_headroom(store, spec["queue"])
-    return store.submit_prepared(spec, key=key, conflict=conflict)
+    task = store.submit_prepared(spec, key=key, conflict=conflict)
+    if pending is not None:
+        pending.id, pending.task = task.id, task
+    return task
 
 
 _MANY_OPTIONS = {

@@ -357,6 +357,16 @@ def test_on_commit_defers_the_write_until_commit(live_store):
         assert live_store.get(pending.id) is None
     task = live_store.get(pending.id)
     assert task is not None and task.payload == {"x": 1}
+    assert pending.written and pending.task == task
+
+
+def test_on_commit_with_a_reused_key_points_at_the_existing_task(live_store):
+    existing = cairnq_django.enqueue("later", key="once")
+    with transaction.atomic():
+        pending = cairnq_django.enqueue("later", key="once", on_commit=True)
+        assert not pending.written and pending.id != existing.id
+    assert pending.id == existing.id and pending.task.id == existing.id
+    assert count_tasks() == 1
 
 
 def test_on_commit_never_writes_when_rolled_back(live_store):
