@@ -251,9 +251,20 @@ class Store:
         return [_inserted_record(spec, now) for spec in specs]
 
     def _insert_postgres(self, cursor, specs: Sequence[dict[str, Any]]) -> int:
-        columns = [[spec[c] for spec in specs] for c in _SPEC_COLUMNS]
         # The clock is read once in the FROM clause, so every row (and the
-        # value returned) shares it, as with the single VALUES row before.
+        # value returned) shares it.
+        if len(specs) == 1:
+            # One row: plain parameters. Dumping eleven one-element arrays
+            # costs psycopg ~100 us, more than the statement saves.
+            cursor.execute(
+                f"INSERT INTO cairnq_tasks ({_INSERT_COLUMNS})"
+                " SELECT %s, %s, %s, 'queued', %s::jsonb, %s::jsonb, %s, %s, c.now + %s,"
+                " %s, %s, %s, c.now, c.now"
+                f" FROM (SELECT {self._now} AS now) c RETURNING created_at_ms",
+                [specs[0][c] for c in _SPEC_COLUMNS],
+            )
+            return cursor.fetchone()[0]
+        columns = [[spec[c] for spec in specs] for c in _SPEC_COLUMNS]
         cursor.execute(
             f"INSERT INTO cairnq_tasks ({_INSERT_COLUMNS})"
             " SELECT u.id, u.name, u.queue, 'queued', u.payload::jsonb, u.metadata::jsonb,"
