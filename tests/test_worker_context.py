@@ -1,5 +1,7 @@
 """TaskContext against a real store: settling, lease gating, children, ctx.atomic."""
 
+from datetime import timedelta
+
 import pytest
 
 from cairnq_django import LostLease, TaskError
@@ -79,6 +81,9 @@ def test_submit_links_children(store):
     child = ctx.submit("child.task", {"n": 1}, priority=3)
     assert child.parent_id == ctx.task_id and child.root_id == ctx.root_id
     assert child.correlation_id == "c-1" and child.priority == 3
+    later = ctx.submit("later.task", delay=timedelta(hours=1), key="later-1")
+    assert later.run_at_ms - later.created_at_ms >= 3_600_000
+    assert store.get_by_key("later-1").id == later.id
     grandchild_ctx = TaskContext(
         store=store,
         task=store.claim(queues=["default"], worker_id="w-ctx", names=["child.task"])[0],

@@ -186,3 +186,18 @@ def test_sweep_runs_retention_beside_the_worker(live_store, settings):
         worker.stop()
         thread.join(30)
     assert not thread.is_alive()
+
+
+COLLECTED = []
+
+
+def collect_error(exc, context):
+    COLLECTED.append((type(exc).__name__, context))
+
+
+def test_on_error_setting_is_a_dotted_path(live_store, settings):
+    settings.CAIRNQ = {"ON_ERROR": "tests.test_worker_inprocess.collect_error"}
+    reg = Registry()
+    worker = Worker(registry=reg, burst=True)
+    worker.report(RuntimeError("disk full"), phase="claim")
+    assert COLLECTED == [("RuntimeError", {"phase": "claim", "worker_id": worker.worker_id})]

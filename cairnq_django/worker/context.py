@@ -269,12 +269,20 @@ class TaskContext:
     def submit(self, name: str, payload: Any = None, **options: Any) -> TaskRecord:
         """Submit a child task (parent_id, root_id and correlation_id are filled in).
 
+        Takes enqueue()'s options (queue, key, conflict, priority, max_attempts,
+        metadata, delay, run_at). Inside `ctx.atomic()` the child commits with
+        this task's completion.
+
         Refused once the lease is lost: the attempt is being redone elsewhere,
         and that retry will submit its own children.
         """
+        from ..client import _delay_ms
+
         self._require_lease()
         options.setdefault("correlation_id", self.correlation_id)
         options.setdefault("queue", "default")
+        if "delay" in options or "run_at" in options:
+            options["delay_ms"] = _delay_ms(options.pop("delay", None), options.pop("run_at", None))
         key = options.pop("key", None)
         conflict = options.pop("conflict", "reuse")
         wait_for_headroom(self._store, options["queue"])
