@@ -113,12 +113,12 @@ def test_second_signal_exits_at_once(live_store, child_env):
 
 def test_handler_holding_the_gil_is_reported(live_store, child_env):
     # sum() over a range is one C call that never releases the GIL. Size it to
-    # hold the GIL for ~1.2 s here, well over two 200 ms heartbeat intervals
+    # hold the GIL for ~1.5 s here, well over two 200 ms heartbeat intervals
     # (a beat is reported once it is more than one interval late).
     started = time.perf_counter()
     sum(range(5_000_000))
     per_item = (time.perf_counter() - started) / 5_000_000
-    n = max(10_000_000, int(1.2 / per_item))
+    n = max(10_000_000, int(1.5 / per_item))
     task = enqueue("tests.gil_hog", {"n": n}, max_attempts=1)
     out = run_burst(child_env, "--lease", "600", timeout=180)
     assert "The heartbeat ran" in out and "ms late" in out, out
