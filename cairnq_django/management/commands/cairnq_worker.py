@@ -102,7 +102,6 @@ class Command(BaseCommand):
         names = None
         if options["names"]:
             names = [n.strip() for n in options["names"].split(",") if n.strip()]
-        max_run = options["max_run"]
         try:
             worker = Worker(
                 queues=options["queues"],
@@ -110,7 +109,7 @@ class Command(BaseCommand):
                 concurrency=options["concurrency"],
                 lease_ms=options["lease"],
                 poll_ms=options["poll"],
-                max_run_ms=max_run if max_run != 0 else None,
+                max_run_ms=options["max_run"],  # 0 turns a configured MAX_RUN off
                 shutdown_timeout_ms=options["shutdown_timeout"],
                 burst=options["burst"],
                 using=options["database"],
@@ -118,8 +117,6 @@ class Command(BaseCommand):
             )
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
-        if max_run == 0:
-            worker.max_run_ms = None
         worker.install_signal_handlers()
         worker.run()
 
