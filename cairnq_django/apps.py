@@ -12,4 +12,4 @@ class CairnQConfig(AppConfig):
         from . import checks  # noqa: F401  (registers the system checks)
         from . import waiting, wakeup
 
-        waiting.set_done_sleeper(wakeup.sleep_until_done)
+        waiting.set_done_sleeper(wakeup.sleep_until_done, wakeup.asleep_until_done)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Callable
+from typing import Awaitable, Callable
 
 from django.db import connections
 
@@ -18,9 +18,18 @@ from .records import TaskRecord, TaskStatus
 _sleeper: Callable[[str, str | None, float], None] | None = None
 
 
-def set_done_sleeper(sleeper: Callable[[str, str | None, float], None] | None) -> None:
-    global _sleeper
+# The same for await_task()/acall(), awaited on the event loop.
+_async_sleeper: Callable[[str, str | None, float], Awaitable[None]] | None = None
+
+
+def set_done_sleeper(
+    sleeper: Callable[[str, str | None, float], None] | None,
+    async_sleeper: Callable[[str, str | None, float], Awaitable[None]] | None = None,
+) -> None:
+    """Install the sleeps between two probes (None: plain time/asyncio sleeps)."""
+    global _sleeper, _async_sleeper
     _sleeper = sleeper
+    _async_sleeper = async_sleeper
 
 
 def _refuse_inside_transaction(using: str) -> None:
@@ -156,4 +165,8 @@ async def await_(
         task = await check()
         if task is not None:
             return task
-        await asyncio.sleep(poll.next_sleep())
+        sleep_for = poll.next_sleep()
+        if _async_sleeper is not None:
+            await _async_sleeper(store.using, poll.probed_id, sleep_for)
+        else:
+            await asyncio.sleep(sleep_for)

@@ -11,6 +11,7 @@ two waits return True when they were woken and False when they timed out.
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import logging
 import os
@@ -64,6 +65,12 @@ class Wakeup:
         _sleep(timeout_s)
         return False
 
+    async def await_done(self, task_id: str | None, timeout_s: float) -> bool:
+        """Sleep on the event loop like wait_for_done(), without occupying a thread."""
+        if timeout_s > 0:
+            await asyncio.sleep(timeout_s)
+        return False
+
     def close(self) -> None:
         """Release the connection and thread behind this wakeup."""
 
@@ -85,6 +92,14 @@ class _Waits:
         self._cond = threading.Condition()
         self._waiting = 0
         self._closed = False
+        # Callbacks that wake coroutines waiting on an event loop.
+        self._hooks: set = set()
+
+    def _wake_all(self) -> None:
+        """Wake every waiter, threads and coroutines (call with the lock held)."""
+        self._cond.notify_all()
+        for hook in list(self._hooks):
+            hook()
 
     @property
     def waiting(self) -> int:
@@ -101,7 +116,7 @@ class _Waits:
                 return False
             self._waiting += 1
             if self._waiting == 1:
-                self._cond.notify_all()  # an idle SQLite poller resumes
+                self._wake_all()  # an idle SQLite poller resumes
             try:
                 while not self._closed:
                     if predicate():
@@ -113,6 +128,51 @@ class _Waits:
             finally:
                 self._waiting -= 1
         return False
+
+    async def _await_until(self, predicate, timeout_s: float) -> bool:
+        """Await `predicate` (called with the lock held) on the running event loop."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(0.0, timeout_s)
+        event = asyncio.Event()
+
+        def poke() -> None:
+            try:
+                loop.call_soon_threadsafe(event.set)
+            except RuntimeError:
+                pass  # the loop is closed; nobody is left to wake
+
+        with self._cond:
+            if self._closed:
+                closed = True
+            else:
+                closed = False
+                self._hooks.add(poke)
+                self._waiting += 1
+                if self._waiting == 1:
+                    self._wake_all()
+        if closed:
+            await asyncio.sleep(max(0.0, timeout_s))
+            return False
+        try:
+            while True:
+                # Clear before checking: a poke after the check still ends the await.
+                event.clear()
+                with self._cond:
+                    if self._closed:
+                        return False
+                    if predicate():
+                        return True
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    return False
+                try:
+                    await asyncio.wait_for(event.wait(), remaining)
+                except asyncio.TimeoutError:
+                    pass
+        finally:
+            with self._cond:
+                self._hooks.discard(poke)
+                self._waiting -= 1
 
 
 class PostgresWakeup(_Waits, Wakeup):
@@ -132,8 +192,10 @@ class PostgresWakeup(_Waits, Wakeup):
         # arrived between two waits is not slept through.
         self._queued_seen: dict[str, int] = {}
         self._local = threading.local()
+        # Every cairnq_done counts; recent task ids remember the count at
+        # which they finished. A waiter wakes for finishes after its baseline.
         self._done_count = 0
-        self._recent_done: OrderedDict[str, None] = OrderedDict()
+        self._recent_done: OrderedDict[str, int] = OrderedDict()
         self.backend_pid: int | None = None
         self.connects = 0
 
@@ -167,7 +229,7 @@ class PostgresWakeup(_Waits, Wakeup):
                     self._epoch += 1
                     self.connects += 1
                     self.backend_pid = conn.info.backend_pid
-                    self._cond.notify_all()
+                    self._wake_all()
                 backoff = RECONNECT_INITIAL_S
                 while not self._stop.is_set():
                     for note in conn.notifies(timeout=LISTEN_SLICE_S):
@@ -198,11 +260,11 @@ class PostgresWakeup(_Waits, Wakeup):
                 self._queued_seen[payload] = self._queued_seen.get(payload, 0) + 1
             elif channel == DONE_CHANNEL:
                 self._done_count += 1
-                self._recent_done[payload] = None
+                self._recent_done[payload] = self._done_count
                 self._recent_done.move_to_end(payload)
                 while len(self._recent_done) > RECENT_DONE_LIMIT:
                     self._recent_done.popitem(last=False)
-            self._cond.notify_all()
+            self._wake_all()
 
     # ----------------------------------------------------------------- waits
     def wait_for_queued(self, queues: Sequence[str], timeout_s: float) -> bool:
@@ -226,28 +288,40 @@ class PostgresWakeup(_Waits, Wakeup):
             self._local.queued = {q: self._queued_seen.get(q, 0) for q in queues}
         return woken
 
-    def wait_for_done(self, task_id: str | None, timeout_s: float) -> bool:
+    def _done_predicate(self, task_id: str | None, base: int | None):
+        """Return a check for finishes counted after `base` (None: from now on)."""
         self._start()
         with self._cond:
-            epoch, count = self._epoch, self._done_count
+            epoch = self._epoch
+            if base is None:
+                base = self._done_count
 
         def finished() -> bool:
             if self._epoch != epoch:
                 return True
             if task_id is None:
-                return self._done_count != count
-            if task_id in self._recent_done:
-                # Consumed, so a retried-then-rewaited task does not wake at once again.
-                del self._recent_done[task_id]
-                return True
-            return False
+                return self._done_count > base
+            return self._recent_done.get(task_id, 0) > base
 
-        return self._wait_until(finished, timeout_s)
+        return finished
+
+    def wait_for_done(self, task_id: str | None, timeout_s: float) -> bool:
+        # The baseline is where this thread's previous wait ended, so a task
+        # that finished between that wait and this one wakes it at once.
+        with self._cond:
+            base = getattr(self._local, "done", None)
+        woken = self._wait_until(self._done_predicate(task_id, base), timeout_s)
+        with self._cond:
+            self._local.done = self._done_count
+        return woken
+
+    async def await_done(self, task_id: str | None, timeout_s: float) -> bool:
+        return await self._await_until(self._done_predicate(task_id, None), timeout_s)
 
     def close(self) -> None:
         with self._cond:
             self._closed = True
-            self._cond.notify_all()
+            self._wake_all()
         self._stop.set()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
@@ -363,7 +437,7 @@ class SQLiteWakeup(_Waits, Wakeup):
                 if version != self._data_version:
                     self._data_version = version
                     self._changes += 1
-                    self._cond.notify_all()
+                    self._wake_all()
                     interval = self._poll_min_s
                 else:
                     interval = min(interval * 2, self._poll_max_s)
@@ -437,10 +511,31 @@ class SQLiteWakeup(_Waits, Wakeup):
             return self._wait_for_change(lambda: True, timeout_s)
         return self._wait_for_change(lambda: self._is_finished(task_id), timeout_s)
 
+    async def await_done(self, task_id: str | None, timeout_s: float) -> bool:
+        if not self._start():
+            return await super().await_done(task_id, timeout_s)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + max(0.0, timeout_s)
+        # Coroutines share the loop's thread, so the baseline is this call's
+        # entry rather than the thread's previous wait.
+        with self._cond:
+            seen = self._changes
+        while True:
+            target = seen
+            if not await self._await_until(
+                lambda: self._changes != target, deadline - loop.time()
+            ):
+                return False
+            with self._cond:
+                seen = self._changes
+            # The read runs off the loop: a busy database must not stall it.
+            if task_id is None or await asyncio.to_thread(self._is_finished, task_id):
+                return True
+
     def close(self) -> None:
         with self._cond:
             self._closed = True
-            self._cond.notify_all()
+            self._wake_all()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=2)
@@ -512,6 +607,11 @@ def close_all() -> None:
 def sleep_until_done(alias: str, task_id: str | None, seconds: float) -> None:
     """Sleep for wait()/call() between two polls, waking early when a task finishes."""
     get_wakeup(alias).wait_for_done(task_id, seconds)
+
+
+async def asleep_until_done(alias: str, task_id: str | None, seconds: float) -> None:
+    """Sleep for await_task()/acall() between two polls, waking early when a task finishes."""
+    await get_wakeup(alias).await_done(task_id, seconds)
 
 
 atexit.register(close_all)

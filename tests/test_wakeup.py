@@ -7,6 +7,7 @@ False, not as a slow pass.
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import textwrap
@@ -15,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from asgiref.sync import sync_to_async
 from django.db import connection, connections
 from django.test import override_settings
 
@@ -128,6 +130,21 @@ def test_work_committed_between_two_waits_is_not_slept_through(wake, child_env):
     assert thread.outcome() == (False, True)
 
 
+def test_a_finish_between_two_waits_is_not_slept_through(wake, live_store, child_env):
+    task = live_store.submit("wake.between_done", queue="between")
+
+    def two_waits():
+        first = wake.wait_for_done(task.id, 0.05)
+        run_child(child_env, f'client.cancel("{task.id}")')
+        if VENDOR == "postgresql":
+            until(lambda: task.id in wake._recent_done, "the notification")
+        return first, wake.wait_for_done(task.id, LONG)
+
+    thread = InThread(two_waits)
+    thread.start()
+    assert thread.outcome() == (False, True)
+
+
 def test_done_wake_arrives_when_another_process_finishes_the_task(wake, live_store, child_env):
     task = live_store.submit("wake.done", queue="dq")
     other = live_store.submit("wake.other", queue="dq")
@@ -146,6 +163,8 @@ def test_done_wake_arrives_when_another_process_finishes_the_task(wake, live_sto
 def test_waits_time_out_when_nothing_happens(wake):
     assert wake.wait_for_queued(["idle"], 0.2) is False
     assert wake.wait_for_done("no-such-task", 0.2) is False
+    assert asyncio.run(wake.await_done("no-such-task", 0.2)) is False
+    assert asyncio.run(wake.await_done(None, 0.2)) is False
     assert wake.waiting == 0
 
 
@@ -154,6 +173,7 @@ def test_plain_wakeup_only_sleeps():
     assert plain.ready(1) is False
     assert plain.wait_for_queued(["q"], 0.01) is False
     assert plain.wait_for_done(None, 0.01) is False
+    assert asyncio.run(plain.await_done("t", 0.01)) is False
     plain.close()
 
 
@@ -189,6 +209,59 @@ def test_wait_is_woken_by_the_done_signal(wake, live_store, child_env, monkeypat
     run_child(child_env, f'client.cancel("{task.id}")')
     assert waiter.outcome().status == "canceled"
     assert wakes == [True]
+
+
+def test_await_task_is_woken_by_the_done_signal(wake, live_store, child_env, monkeypatch):
+    assert waiting._async_sleeper is wakeup.asleep_until_done
+    wakes = []
+
+    async def recording_sleeper(alias, task_id, seconds):
+        wakes.append(await get_wakeup(alias).await_done(task_id, seconds))
+
+    monkeypatch.setattr(waiting, "_async_sleeper", recording_sleeper)
+    task = live_store.submit("wake.await", queue="wait")
+
+    async def scenario():
+        try:
+            return await client.await_task(
+                task.id,
+                timeout=LONG,
+                poll_initial=int(LONG * 1000),
+                poll_max=int(LONG * 1000),
+                raise_on_failure=False,
+            )
+        finally:
+            await sync_to_async(connections.close_all)()
+
+    waiter = start_waiting(wake, 1, lambda: asyncio.run(scenario()))
+    run_child(child_env, f'client.cancel("{task.id}")')
+    assert waiter.outcome().status == "canceled"
+    assert wakes == [True]
+
+
+def test_coroutines_and_threads_wait_side_by_side(wake, live_store, child_env):
+    task = live_store.submit("wake.mixed", queue="mixed")
+    other = live_store.submit("wake.mixed_other", queue="mixed")
+
+    async def this_one():
+        return await wake.await_done(task.id, LONG)
+
+    async def not_this():
+        return await wake.await_done(other.id, LONG)
+
+    async def both():
+        return await asyncio.gather(this_one(), not_this())
+
+    on_loop = start_waiting(wake, 2, lambda: asyncio.run(both()))
+    on_thread = start_waiting(wake, 3, wake.wait_for_done, task.id, LONG)
+    run_child(child_env, f'client.cancel("{task.id}")')
+    assert on_thread.outcome() is True
+    # The coroutine for `task` returned; the one for `other` still waits.
+    until(lambda: wake.waiting == 1, "the woken coroutine to return")
+    on_loop.join(1.0)
+    assert on_loop.is_alive()
+    wake.close()
+    assert on_loop.outcome() == [True, False]
 
 
 @only_postgres
