@@ -131,7 +131,8 @@ def test_lease_loss_is_flagged_and_nothing_more_is_written(live_store, child_env
     task = enqueue("tests.wait_cancel", {"timeout": 3})
     worker = WorkerProcess(child_env, "--burst", "--lease", "600")
     try:
-        wait_for(lambda: get(task.id).status == "running", timeout=60)
+        # Past the handler's own first write: the heartbeat is what notices.
+        wait_for(lambda: get(task.id).message == "started", timeout=60)
         live_store._rows(
             "UPDATE cairnq_tasks SET worker_id = 'worker_thief',"
             " lease_until_ms = lease_until_ms + 600000 WHERE id = %(id)s",
