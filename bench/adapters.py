@@ -89,9 +89,7 @@ class CairnQDjango:
 
     def worker_cmd(self, setting: str | None) -> list[str]:
         cmd = [PY, "-m", "django", "cairnq_worker"]
-        if setting:
-            cmd += setting.split()
-        return cmd
+        return cmd + flags(setting)
 
 
 class DjangoTasksDB:
@@ -126,9 +124,7 @@ class DjangoTasksDB:
 
     def worker_cmd(self, setting: str | None) -> list[str]:
         cmd = [PY, "-m", "django", "db_worker"]
-        if setting:
-            cmd += setting.split()
-        return cmd
+        return cmd + flags(setting)
 
 
 class Procrastinate:
@@ -157,9 +153,7 @@ class Procrastinate:
 
     def worker_cmd(self, setting: str | None) -> list[str]:
         cmd = [PY, "-m", "django", "procrastinate", "worker"]
-        if setting:
-            cmd += setting.split()
-        return cmd
+        return cmd + flags(setting)
 
 
 class CairnQSDK:
@@ -188,9 +182,7 @@ class CairnQSDK:
 
     def worker_cmd(self, setting: str | None) -> list[str]:
         cmd = [PY, "-m", "bench.cairnq_sdk", "worker", "--backend", BACKEND, "--db", DB]
-        if setting:
-            cmd += setting.split()
-        return cmd
+        return cmd + flags(setting)
 
 
 ADAPTERS = {
@@ -199,6 +191,18 @@ ADAPTERS = {
     "procrastinate": Procrastinate,
     "cairnq": CairnQSDK,
 }
+
+
+def flags(setting: str | None) -> list[str]:
+    """The command-line part of a tuning setting (KEY=value words are settings)."""
+    return [w for w in (setting or "").split() if "=" not in w]
+
+
+def setting_env(setting: str | None) -> dict[str, str]:
+    """The settings part of a tuning setting, as BENCH_KEY environment variables."""
+    return {
+        f"BENCH_{k}": v for k, v in (w.split("=", 1) for w in (setting or "").split() if "=" in w)
+    }
 
 
 def get_adapter():

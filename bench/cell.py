@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 
-from .adapters import BACKEND, DB, SYSTEM, Probe, get_adapter
+from .adapters import BACKEND, DB, SYSTEM, Probe, get_adapter, setting_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOG_DIR = os.environ.get("BENCH_LOG_DIR", "/tmp")
@@ -36,8 +36,9 @@ def pct(values: list[float], q: float) -> float:
 class WorkerProcess:
     """The system's own worker, started as its users would start it."""
 
-    def __init__(self, cmd: list[str], stamp: str | None = None) -> None:
+    def __init__(self, cmd: list[str], stamp: str | None = None, setting: str | None = None) -> None:
         env = dict(os.environ, DJANGO_SETTINGS_MODULE="bench.project.settings", PYTHONPATH=ROOT)
+        env.update(setting_env(setting))
         if stamp:
             env["BENCH_STAMP"] = stamp
         self.log = open(os.path.join(LOG_DIR, f"worker-{SYSTEM}-{BACKEND}.log"), "ab")
@@ -80,7 +81,7 @@ def w1b(adapter, args) -> dict:
 
 def _drain(adapter, args, target: int, probe: Probe) -> dict:
     """Run the worker until `target` no-op tasks finished; rate from completion times."""
-    worker = WorkerProcess(adapter.worker_cmd(args.setting))
+    worker = WorkerProcess(adapter.worker_cmd(args.setting), setting=args.setting)
     deadline = mono() + args.timeout
     try:
         while True:
@@ -132,7 +133,7 @@ class Stamps:
 def w3(adapter, args) -> dict:
     stamp_path = os.path.join(LOG_DIR, f"stamps-{SYSTEM}-{BACKEND}-{os.getpid()}.txt")
     stamps = Stamps(stamp_path)
-    worker = WorkerProcess(adapter.worker_cmd(args.setting), stamp=stamp_path)
+    worker = WorkerProcess(adapter.worker_cmd(args.setting), stamp=stamp_path, setting=args.setting)
     try:
         adapter.enqueue(seq=-1)  # warm-up: the worker is up once this one ran
         stamps.wait_for(-1, 60, worker)
@@ -160,7 +161,7 @@ def w3(adapter, args) -> dict:
 
 
 def w4(adapter, args) -> dict:
-    worker = WorkerProcess(adapter.worker_cmd(args.setting))
+    worker = WorkerProcess(adapter.worker_cmd(args.setting), setting=args.setting)
     try:
         adapter.call()  # warm-up
         times = []

@@ -50,6 +50,12 @@ else:
         }
     }
 
+# Django's default (0: close after every request/task) unless the bench is
+# asked to measure persistent connections.
+if os.environ.get("BENCH_CONN_MAX_AGE"):
+    _age = os.environ["BENCH_CONN_MAX_AGE"]
+    DATABASES["default"]["CONN_MAX_AGE"] = None if _age == "none" else int(_age)
+
 TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
 CAIRNQ = {}
 PROCRASTINATE_IMPORT_PATHS = ["bench.benchapp.procrastinate_tasks"]
