@@ -105,8 +105,8 @@ def test_enqueue_in_a_rolled_back_transaction_leaves_no_row(live_store):
 def test_delay_as_timedelta_or_milliseconds(db):
     a = cairnq_django.enqueue("later", delay=timedelta(minutes=2))
     b = cairnq_django.enqueue("later", delay=90_000)
-    assert 120_000 - 5 <= a.run_at_ms - a.created_at_ms <= 120_000 + 5
-    assert 90_000 - 5 <= b.run_at_ms - b.created_at_ms <= 90_000 + 5
+    assert abs(a.run_at_ms - a.created_at_ms - 120_000) < 1_000
+    assert abs(b.run_at_ms - b.created_at_ms - 90_000) < 1_000
     assert get_store().claim(queues=["default"], worker_id="w") == []
 
 
@@ -115,7 +115,7 @@ def test_run_at_takes_an_aware_datetime(db):
     task = cairnq_django.enqueue("later", run_at=when)
     assert abs(task.run_at_ms - int(when.timestamp() * 1000)) < 2_000
     past = cairnq_django.enqueue("later", run_at=when - timedelta(days=1))
-    assert past.run_at_ms <= past.created_at_ms + 5
+    assert past.run_at_ms < past.created_at_ms + 1_000
 
 
 @pytest.mark.parametrize(
@@ -156,7 +156,7 @@ def test_enqueue_many_writes_all_in_input_order(db):
     assert [t.name for t in tasks] == ["a", "b", "c", "d"]
     assert tasks[1].queue == "q" and tasks[1].priority == 2 and tasks[2].payload == {}
     assert cairnq_django.get_by_key("k-d").id == tasks[3].id
-    assert tasks[3].run_at_ms - tasks[3].created_at_ms >= 30_000 - 5
+    assert tasks[3].run_at_ms - tasks[3].created_at_ms > 29_000
     assert count_tasks() == 4
 
 
