@@ -2,8 +2,8 @@
 
 The admin only presents. Every state change goes through the store (see
 admin_actions.py), and every query is shaped for a table of millions of rows:
-the list is ordered by id (a ULID, so newest first) to walk the primary key,
-page counts are bounded (see BoundedCountPaginator), filter choices come from
+the list is ordered newest first along an index (the primary key, a ULID; the
+rowid on SQLite), page counts are bounded (see BoundedCountPaginator), filter choices come from
 index skip-scans, and search is by exact value on indexed columns.
 """
 
@@ -12,8 +12,8 @@ from __future__ import annotations
 import json
 
 from django.contrib import admin
-from django.contrib.auth import get_permission_codename
 from django.contrib.admin.views.main import ChangeList
+from django.contrib.auth import get_permission_codename
 from django.core.paginator import Paginator
 from django.db import connections
 from django.db.models import Q

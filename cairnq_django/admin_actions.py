@@ -23,7 +23,7 @@ PURGE_SAMPLE = 20
 
 
 def _log(request, tasks, flag: int, message: str) -> None:
-    """Write one LogEntry per task; `tasks` are (id, name) pairs or records."""
+    """Write one LogEntry per task; `tasks` are records or unsaved Tasks (id and name)."""
     rows = [Task(id=task.id, name=task.name) for task in tasks]
     if rows:
         LogEntry.objects.log_actions(
@@ -65,7 +65,8 @@ def cancel_tasks(modeladmin, request, queryset):
             request,
             ngettext(
                 "Asked %(count)d running task to stop; it ends canceled when its worker notices.",
-                "Asked %(count)d running tasks to stop; they end canceled when their workers notice.",
+                "Asked %(count)d running tasks to stop; they end canceled when their workers "
+                "notice.",
                 len(requested),
             ) % {"count": len(requested)},
             messages.SUCCESS,
@@ -113,7 +114,9 @@ def _retry(modeladmin, request, queryset, *, reset_attempt: bool) -> None:
     )
 
 
-@admin.action(permissions=["retry"], description=gettext_lazy("Retry selected failed or canceled tasks"))
+@admin.action(
+    permissions=["retry"], description=gettext_lazy("Retry selected failed or canceled tasks")
+)
 def retry_tasks(modeladmin, request, queryset):
     """Queue failed and canceled tasks again, keeping their attempt count."""
     _retry(modeladmin, request, queryset, reset_attempt=False)
