@@ -42,12 +42,8 @@ VOLUMES = {
 
 # Settings tried for W2 "tuned", per system; the best by one run gets the reps.
 TUNING = {
-    "cairnq_django": [
-        "--concurrency 16", "CONN_MAX_AGE=none", "CONN_MAX_AGE=none --concurrency 16",
-    ],
-    "django_tasks_db": [
-        "--interval 0.01 --no-startup-delay", "CONN_MAX_AGE=none --no-startup-delay",
-    ],
+    "cairnq_django": ["CONN_MAX_AGE=none", "CONN_MAX_AGE=none --concurrency 16"],
+    "django_tasks_db": ["CONN_MAX_AGE=none --no-startup-delay"],
     "procrastinate": ["--concurrency 8", "--concurrency 32"],
     "cairnq": ["--concurrency 8", "--concurrency 32"],
 }
@@ -98,16 +94,23 @@ class Databases:
             cmd = [sys.executable, "-m", "django", "migrate", "-v", "0"]
         subprocess.run(cmd, cwd=ROOT, env=env, check=True)
         if backend == "sqlite":
-            # Fold the WAL into the main file so a plain copy is complete.
-            import sqlite3
+            _checkpoint(name)
 
-            conn = sqlite3.connect(name)
-            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            conn.close()
+    def derive(self, system: str, backend: str, suffix: str) -> str:
+        """Copy the template to a second template (W5's filled tables); return its name."""
+        base = self.name(system, backend, template=True)
+        name = base.replace("_tpl", f"_tpl{suffix}")
+        if backend == "postgres":
+            self._pg("dropdb", "--if-exists", name)
+            self._pg("createdb", "-T", base, name)
+        else:
+            self._unlink(name)
+            shutil.copyfile(base, name)
+        return name
 
-    def fresh(self, system: str, backend: str) -> str:
+    def fresh(self, system: str, backend: str, template: str | None = None) -> str:
         name = self.name(system, backend)
-        tpl = self.name(system, backend, template=True)
+        tpl = template or self.name(system, backend, template=True)
         if backend == "postgres":
             self._pg("dropdb", "--if-exists", name)
             self._pg("createdb", "-T", tpl, name)
@@ -117,8 +120,10 @@ class Databases:
         return name
 
     def drop_all(self, system: str, backend: str) -> None:
-        for template in (False, True):
-            name = self.name(system, backend, template=template)
+        for template in (False, True, "_w5"):
+            name = self.name(system, backend, template=bool(template))
+            if template == "_w5":
+                name = name.replace("_tpl", "_tpl_w5")
             if backend == "postgres":
                 self._pg("dropdb", "--if-exists", name)
             else:
@@ -147,9 +152,20 @@ class Databases:
         )
 
 
-def run_cell(dbs: Databases, system: str, backend: str, args: list[str]) -> dict:
+def _checkpoint(path: str) -> None:
+    """Fold SQLite's WAL into the main file so a plain copy is complete."""
+    import sqlite3
+
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+    conn.close()
+
+
+def run_cell(
+    dbs: Databases, system: str, backend: str, args: list[str], template: str | None = None
+) -> dict:
     """Run one repetition of a cell in a child process on a fresh database."""
-    db = dbs.fresh(system, backend)
+    db = dbs.fresh(system, backend, template)
     out = subprocess.run(
         [sys.executable, "-m", "bench.cell", *args],
         cwd=ROOT, env=dbs.env(system, backend, db), capture_output=True, text=True,
@@ -232,6 +248,19 @@ def main() -> None:
                 if workload == "w1b" and system in NO_BULK_API:
                     continue
                 for args in cell_args(workload, opts.quick):
+                    template = None
+                    if workload == "w5":
+                        # Fill once; every repetition copies the filled database.
+                        rows, filler = args[args.index("--rows") + 1], args[args.index("--filler") + 1]
+                        template = dbs.derive(system, backend, "_w5")
+                        subprocess.run(
+                            [sys.executable, "-m", "bench.cell", "fill", "--rows", rows,
+                             "--filler", filler],
+                            cwd=ROOT, env=dbs.env(system, backend, template), check=True,
+                        )
+                        if backend == "sqlite":
+                            _checkpoint(template)
+                        args = [*args, "--prefilled"]
                     settings = [None]
                     if workload == "w2t":
                         settings = _tune(dbs, system, backend, args)
@@ -240,7 +269,7 @@ def main() -> None:
                         runs = []
                         for rep in range(reps):
                             try:
-                                runs.append(run_cell(dbs, system, backend, full))
+                                runs.append(run_cell(dbs, system, backend, full, template))
                             except RuntimeError as exc:
                                 log(f"   ERROR {exc}")
                                 break
