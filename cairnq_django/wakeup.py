@@ -190,8 +190,11 @@ class PostgresWakeup(_Waits, Wakeup):
         # queue -> number of notifications seen; compared against each
         # thread's count from the end of its previous wait, so work that
         # arrived between two waits is not slept through.
+        # Only queues some waiter asked about are counted (queue names are
+        # open-ended), and only their notifications wake anyone.
         self._queued_seen: dict[str, int] = {}
         self._local = threading.local()
+        self._done_waiting = 0
         # Every cairnq_done counts; recent task ids remember the count at
         # which they finished. A waiter wakes for finishes after its baseline.
         self._done_count = 0
@@ -257,13 +260,19 @@ class PostgresWakeup(_Waits, Wakeup):
     def _dispatch(self, channel: str, payload: str) -> None:
         with self._cond:
             if channel == QUEUED_CHANNEL:
-                self._queued_seen[payload] = self._queued_seen.get(payload, 0) + 1
+                if payload not in self._queued_seen:
+                    return
+                self._queued_seen[payload] += 1
             elif channel == DONE_CHANNEL:
                 self._done_count += 1
                 self._recent_done[payload] = self._done_count
                 self._recent_done.move_to_end(payload)
                 while len(self._recent_done) > RECENT_DONE_LIMIT:
                     self._recent_done.popitem(last=False)
+                if not self._done_waiting:
+                    # Idle workers wait on queues; a busy system's stream of
+                    # finishes need not wake them.
+                    return
             self._wake_all()
 
     # ----------------------------------------------------------------- waits
@@ -276,7 +285,8 @@ class PostgresWakeup(_Waits, Wakeup):
             # First wait on this thread: nothing to compare against yet.
             base = dict(last) if last else {}
             for q in queues:
-                base.setdefault(q, self._queued_seen.get(q, 0))
+                self._queued_seen.setdefault(q, 0)
+                base.setdefault(q, self._queued_seen[q])
 
         def arrived() -> bool:
             return self._epoch != epoch or any(
@@ -310,13 +320,23 @@ class PostgresWakeup(_Waits, Wakeup):
         # that finished between that wait and this one wakes it at once.
         with self._cond:
             base = getattr(self._local, "done", None)
-        woken = self._wait_until(self._done_predicate(task_id, base), timeout_s)
-        with self._cond:
-            self._local.done = self._done_count
+            self._done_waiting += 1
+        try:
+            woken = self._wait_until(self._done_predicate(task_id, base), timeout_s)
+        finally:
+            with self._cond:
+                self._done_waiting -= 1
+                self._local.done = self._done_count
         return woken
 
     async def await_done(self, task_id: str | None, timeout_s: float) -> bool:
-        return await self._await_until(self._done_predicate(task_id, None), timeout_s)
+        with self._cond:
+            self._done_waiting += 1
+        try:
+            return await self._await_until(self._done_predicate(task_id, None), timeout_s)
+        finally:
+            with self._cond:
+                self._done_waiting -= 1
 
     def close(self) -> None:
         with self._cond:
