@@ -376,6 +376,7 @@ class SQLiteWakeup(_Waits, Wakeup):
         self._changes = 0
         self._local = threading.local()
         self.broken: str | None = None
+        self.failures = 0
 
     def _open(self) -> sqlite3.Connection:
         if self._path.startswith("file:"):
@@ -383,7 +384,11 @@ class SQLiteWakeup(_Waits, Wakeup):
         else:
             # mode=rw: never create a missing database file.
             uri = f"file:{urllib.parse.quote(os.path.abspath(self._path))}?mode=rw"
-        db = sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None)
+        # A short busy timeout: a wakeup would rather miss a beat than queue
+        # behind a writer (rollback-journal databases lock readers out).
+        db = sqlite3.connect(
+            uri, uri=True, check_same_thread=False, isolation_level=None, timeout=0.1
+        )
         db.execute("PRAGMA query_only = 1")
         return db
 
@@ -399,7 +404,7 @@ class SQLiteWakeup(_Waits, Wakeup):
             if self._closed:
                 return False
             if self._thread is not None:
-                return self.broken is None or self._thread.is_alive()
+                return True
             try:
                 # Read the first value here, before any waiter registers, so a
                 # commit right after this call is already a change.
@@ -422,6 +427,7 @@ class SQLiteWakeup(_Waits, Wakeup):
                 exc,
             )
         self.broken = str(exc)
+        self.failures += 1
         with self._db_lock:
             if self._db is not None:
                 self._db.close()
@@ -443,6 +449,9 @@ class SQLiteWakeup(_Waits, Wakeup):
             try:
                 version = self._read_version()
             except sqlite3.Error as exc:
+                if getattr(exc, "sqlite_errorname", "") in ("SQLITE_BUSY", "SQLITE_LOCKED"):
+                    time.sleep(interval)  # a writer holds the file; ask again
+                    continue
                 self._note_broken(exc)
                 with self._cond:
                     # A reopened connection starts a new data_version series;

@@ -301,6 +301,17 @@ def test_unreadable_database_falls_back_to_sleep(tmp_path):
 
 
 @only_sqlite
+def test_sqlite_poller_reopens_its_connection_after_an_error(wake, child_env):
+    mine = start_waiting(wake, 1, wake.wait_for_queued, ["reopen"], LONG)
+    with wake._db_lock:
+        wake._db.close()  # the next PRAGMA fails as a broken connection would
+    until(lambda: wake.failures >= 1 and wake.broken is None, "the poller to reopen")
+    assert mine.is_alive()
+    run_child(child_env, 'client.enqueue("wake.reopen", queue="reopen")')
+    assert mine.outcome() is True
+
+
+@only_sqlite
 def test_sqlite_wake_skips_commits_without_work_for_the_queue(wake, live_store, child_env):
     mine = start_waiting(wake, 1, wake.wait_for_queued, ["quiet"], LONG)
     # Commits that touch other queues change data_version but leave this one empty.
