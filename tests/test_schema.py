@@ -332,3 +332,69 @@ def test_a_fresh_database_has_no_installed_schema(tmp_path):
         with catalog.scratch_postgres_database("empty") as name:
             with psycopg.connect(**catalog.pg_conninfo(name)) as conn:
                 assert installed_schema_version(conn.cursor(), VENDOR) is None
+
+
+def _manage(tmp_path, database: dict, *args: str):
+    """Run `django-admin <args>` in a child process against `database`."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    (tmp_path / "migrate_settings.py").write_text(
+        textwrap.dedent(
+            f"""
+            from tests.settings import *  # noqa
+            DATABASES = {{"default": {database!r}}}
+            """
+        )
+    )
+    env = dict(
+        os.environ, PYTHONPATH=f"{tmp_path}:{root}", DJANGO_SETTINGS_MODULE="migrate_settings"
+    )
+    env.pop("CAIRNQ_CHILD_DB_NAME", None)
+    proc = subprocess.run(
+        [sys.executable, "-m", "django", *args], cwd=root, env=env,
+        capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    return proc.stdout
+
+
+def test_migrate_forwards_and_backwards_on_a_fresh_database(tmp_path):
+    """`manage.py migrate` builds the schema; migrating cairnq_django to zero removes it all."""
+    import contextlib
+
+    def tables():
+        if VENDOR == "sqlite":
+            conn = sqlite3.connect(database["NAME"])
+            try:
+                return catalog.sqlite_catalog(conn.cursor())["tables"], conn.execute(
+                    "SELECT count(*) FROM sqlite_master WHERE name LIKE 'cairnq%'"
+                ).fetchone()[0]
+            finally:
+                conn.close()
+        import psycopg
+
+        with psycopg.connect(**catalog.pg_conninfo(database["NAME"])) as conn:
+            cursor = conn.cursor()
+            functions = catalog.postgres_catalog(cursor)["functions"]
+            return catalog.postgres_catalog(cursor)["tables"], len(functions)
+
+    with contextlib.ExitStack() as stack:
+        database = dict(connection.settings_dict)
+        database = {k: database[k] for k in ("ENGINE", "NAME", "USER", "HOST", "PORT", "OPTIONS")
+                    if k in database}
+        if VENDOR == "sqlite":
+            database["NAME"] = str(tmp_path / "migrated.sqlite3")
+        else:
+            database["NAME"] = stack.enter_context(catalog.scratch_postgres_database("mig"))
+        _manage(tmp_path, database, "migrate", "--no-input")
+        names, objects = tables()
+        assert names == sorted(catalog.CAIRNQ_TABLES) and objects > 0
+        _manage(tmp_path, database, "migrate", "cairnq_django", "zero", "--no-input")
+        assert tables() == ([], 0)
+        _manage(tmp_path, database, "migrate", "cairnq_django", "--no-input")
+        assert tables()[0] == sorted(catalog.CAIRNQ_TABLES)
