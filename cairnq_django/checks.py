@@ -29,7 +29,7 @@ def check_settings(app_configs=None, **kwargs):
             value = to_ms(user[key])
         except TypeError:
             value = -1
-        if key == "MAX_RUN" and user[key] is None:
+        if key in ("MAX_RUN", "WORKER_CONN_MAX_AGE") and user[key] is None:
             continue
         if value is None or value < 0:
             errors.append(

@@ -35,6 +35,10 @@ DEFAULTS: dict[str, Any] = {
     "POLL_INTERVAL": 1_000,
     "MAX_RUN": None,
     "SHUTDOWN_TIMEOUT": 30_000,
+    # How long a worker thread keeps its database connection between tasks when
+    # the alias's CONN_MAX_AGE is 0 (Django's default, tuned for requests):
+    # reconnecting per task costs more than most tasks. None keeps CONN_MAX_AGE.
+    "WORKER_CONN_MAX_AGE": 300_000,
     "RETRY_BACKOFF_BASE": 1_000,
     "RETRY_BACKOFF_CAP": 30_000,
     # Dotted path to a callable(exc, context_dict) for errors the worker survives.
@@ -55,6 +59,7 @@ DURATION_KEYS = {
     "POLL_INTERVAL",
     "MAX_RUN",
     "SHUTDOWN_TIMEOUT",
+    "WORKER_CONN_MAX_AGE",
     "RETRY_BACKOFF_BASE",
     "RETRY_BACKOFF_CAP",
     "SWEEP_INTERVAL",

@@ -2,7 +2,8 @@
 
 Sync handler threads are long-lived, so each keeps its Django connection
 between calls as CONN_MAX_AGE allows (close_old_connections runs around every
-call, as around a request), and closes it when the thread ends. A thread
+call, as around a request; connections.py sets the worker's lifetime), and
+closes it when the thread ends. A thread
 running a call the worker abandoned cannot be stopped; it is retired instead:
 a fresh thread takes its place, and it exits once its handler returns.
 """

@@ -29,6 +29,7 @@ from ..errors import ProtocolVersionMismatch
 from ..ids import ulid
 from ..records import TaskRecord
 from ..store import get_store
+from .connections import WorkerConnectionPolicy
 from .context import TaskContext
 from .envelopes import shutdown_envelope, timeout_envelope
 from .execution import Call, Execution
@@ -125,6 +126,7 @@ class Worker:
         self._sweeper_thread: threading.Thread | None = None
         self._wakeup: Any = None
         self.tasks_started = 0
+        self._connection_policy = WorkerConnectionPolicy()
 
     # ------------------------------------------------------------ configuration
     def _select_handlers(self, names: Sequence[str] | None) -> dict[str, Registration]:
@@ -229,6 +231,7 @@ class Worker:
             self._shutdown()
 
     def _start(self) -> None:
+        self._connection_policy.apply()
         if not self.handlers:
             logger.warning(
                 "No task handlers are registered; this worker will claim nothing. Register "
@@ -522,6 +525,7 @@ class Worker:
             except Exception:
                 pass
         _close_connection(self.using)
+        self._connection_policy.restore()
         logger.info(
             "cairnq worker %s stopped after starting %d task(s).",
             self.worker_id, self.tasks_started,

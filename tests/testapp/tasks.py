@@ -122,3 +122,19 @@ def limited(ctx, payload):
     time.sleep(payload.get("seconds", 0.2))
     record_run(ctx, "limited-end")
     return None
+
+
+@task("tests.connection_identity")
+def connection_identity(ctx, payload):
+    """Report which database session ran this task (to see connection reuse)."""
+    import uuid
+
+    # A temporary table lives exactly as long as its session, on both databases.
+    with connections["default"].cursor() as cursor:
+        cursor.execute("CREATE TEMP TABLE IF NOT EXISTS cq_session (token text)")
+        cursor.execute("SELECT token FROM cq_session")
+        row = cursor.fetchone()
+        if row is None:
+            row = (uuid.uuid4().hex,)
+            cursor.execute("INSERT INTO cq_session (token) VALUES (%s)", row)
+    return {"session": row[0]}

@@ -1,0 +1,40 @@
+"""Database connection lifetime for worker threads.
+
+Django's CONN_MAX_AGE defaults to 0 because a web request is a natural place to
+close a connection. A worker thread runs task after task, and on PostgreSQL a
+fresh connection per task costs more than a typical task, so while a worker
+runs it keeps connections for WORKER_CONN_MAX_AGE instead, with Django's health
+checks on so a connection the server dropped is replaced before it is used.
+"""
+
+from __future__ import annotations
+
+from django.db import connections
+
+from ..conf import cairnq_settings
+
+
+class WorkerConnectionPolicy:
+    """Raise CONN_MAX_AGE=0 aliases to the worker's lifetime; restore on exit."""
+
+    def __init__(self) -> None:
+        self._saved: dict[str, tuple[object, object]] = {}
+
+    def apply(self) -> None:
+        lifetime_ms = cairnq_settings.WORKER_CONN_MAX_AGE
+        if lifetime_ms is None:
+            return
+        for alias in connections.settings:
+            config = connections.settings[alias]
+            if config.get("CONN_MAX_AGE", 0) != 0:
+                continue  # the project chose a lifetime; keep it
+            self._saved[alias] = (config.get("CONN_MAX_AGE"), config.get("CONN_HEALTH_CHECKS"))
+            config["CONN_MAX_AGE"] = lifetime_ms / 1000
+            config["CONN_HEALTH_CHECKS"] = True
+
+    def restore(self) -> None:
+        for alias, (max_age, health) in self._saved.items():
+            config = connections.settings[alias]
+            config["CONN_MAX_AGE"] = max_age
+            config["CONN_HEALTH_CHECKS"] = health
+        self._saved.clear()
