@@ -224,7 +224,7 @@ def main() -> None:
     results: dict = {
         "started": started.isoformat(timespec="seconds"),
         "command": "bench/run " + " ".join(sys.argv[1:]),
-        "machine": f"{os.cpu_count()} cores, {platform.platform()}, Python {platform.python_version()}",
+        "machine": _machine(),
         "reps": reps,
         "limits": {},
         "cells": [],
@@ -315,6 +315,20 @@ def _tune(dbs: Databases, system: str, backend: str, args: list[str]) -> list[st
         if rate > best_rate:
             best, best_rate = setting, rate
     return [best] if best else []
+
+
+def _machine() -> str:
+    """Cores, OS, Python and (when reachable) the PostgreSQL server version."""
+    text = f"{os.cpu_count()} cores, {platform.platform()}, Python {platform.python_version()}"
+    try:
+        version = subprocess.run(
+            ["psql", *PG, "-d", "postgres", "-Atc", "SHOW server_version"],
+            capture_output=True, text=True, check=True,
+        ).stdout.split()[0]
+        text += f", PostgreSQL {version}"
+    except (OSError, subprocess.CalledProcessError, IndexError):
+        pass
+    return text
 
 
 def _brief(summary: dict) -> str:

@@ -23,7 +23,10 @@ ROWS = [
     ("w4", "p50", "W4 call() round trip p50 (ms)", False),
     ("w4", "p95", "W4 call() round trip p95 (ms)", False),
 ]
-START, END = "<!-- bench:results:start -->", "<!-- bench:results:end -->"
+MARKERS = {
+    "SQLite": ("<!-- bench:sqlite:start -->", "<!-- bench:sqlite:end -->"),
+    "PostgreSQL": ("<!-- bench:postgres:start -->", "<!-- bench:postgres:end -->"),
+}
 
 
 def _fmt(stat: dict, digits: int) -> str:
@@ -117,13 +120,24 @@ def render(results: dict) -> str:
 
 
 def write_docs(path: str, table: str) -> None:
-    """Replace the text between the results markers of docs/benchmarks.md."""
+    """Replace each backend's block in docs/benchmarks.md with this run's section.
+
+    A run that covered one backend leaves the other backend's block alone, so
+    the two may come from separate runs; each block names its own run.
+    """
+    header, _, body = table.partition("### ")
     with open(path) as f:
         text = f.read()
-    block = f"{START}\n{table}{END}"
-    if START in text:
-        text = re.sub(re.escape(START) + ".*?" + re.escape(END), lambda m: block, text, flags=re.S)
-    else:
-        text += "\n" + block + "\n"
+    for section in ("### " + body).split("\n### "):
+        section = section.removeprefix("### ")
+        title = section.split("\n", 1)[0].strip()
+        if title not in MARKERS:
+            continue
+        start, end = MARKERS[title]
+        block = f"{start}\n### {title}\n\n{header.strip()}\n{section.split(chr(10), 1)[1].rstrip()}\n\n{end}"
+        if start in text:
+            text = re.sub(re.escape(start) + ".*?" + re.escape(end), lambda m: block, text, flags=re.S)
+        else:
+            text += "\n" + block + "\n"
     with open(path, "w") as f:
         f.write(text)
