@@ -158,6 +158,8 @@ def test_invalid_configuration_is_reported_with_a_hint(value, message, hint):
     assert hint in errors[0][1]
 
 
+# From Django 6.0 `check` also runs the database checks, so it opens a connection.
+@pytest.mark.django_db
 @pytest.mark.parametrize("value, message, hint", INVALID)
 def test_invalid_configuration_fails_manage_py_check(value, message, hint):
     with override_settings(CAIRNQ={"RETENTION": value}):
@@ -183,6 +185,8 @@ def test_every_problem_is_reported_not_just_the_first():
     ]
 
 
+# From Django 6.0 `check` also runs the database checks, so it opens a connection.
+@pytest.mark.django_db
 @pytest.mark.parametrize("value, rules", VALID)
 def test_valid_configuration_passes_check_and_parses(value, rules):
     assert retention_config_errors(value) == []
