@@ -168,8 +168,10 @@ def test_batch_delivery_settles_each_task(live_store, child_env):
     run_burst(child_env, "--concurrency", "1")
     rows = [get(t.id) for t in tasks]
     sizes = sorted(r.result["batch_size"] for r in rows if r.status == "succeeded")
-    # Up to 4 per call: one call of 4, one of 2.
-    assert sizes == [2, 2, 4, 4, 4]
+    # Up to 4 per call: one call of 4, one of 2. Tasks enqueued in the same
+    # millisecond are claimed in id order, whose random half decides which call
+    # the rejected task lands in.
+    assert sizes in ([2, 2, 4, 4, 4], [2, 4, 4, 4, 4])
     assert rows[2].status == "failed"
     assert rows[2].error["code"] == "rejected"
     assert all(r.attempt == 1 for r in rows)

@@ -109,6 +109,22 @@ class EventLoopThread:
 
     def stop(self, timeout: float = 2.0) -> None:
         if self._thread.is_alive():
+            # Deliver CancelledError to coroutines still pending (abandoned
+            # calls) while the loop runs; stopping first would leave them to
+            # die by GeneratorExit at garbage collection, skipping their cleanup.
+            drained = asyncio.run_coroutine_threadsafe(self._cancel_pending(timeout), self.loop)
+            try:
+                drained.result(timeout + 1)
+            except Exception:
+                logger.warning("Some async handlers did not finish cancelling in %.1f s.", timeout)
             self.loop.call_soon_threadsafe(self.loop.stop)
             self._thread.join(timeout)
         self.db_executor.shutdown(wait=False, cancel_futures=True)
+
+    @staticmethod
+    async def _cancel_pending(timeout: float) -> None:
+        pending = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in pending:
+            task.cancel()
+        if pending:
+            await asyncio.wait(pending, timeout=timeout)
