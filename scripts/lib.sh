@@ -51,6 +51,16 @@ ensure_venv() {
     fi
 }
 
+# Install tox into the venv (for tox.ini's Django x Python matrix) if missing.
+ensure_tox() {
+    if ! "$VENV/bin/python" -m tox --version >/dev/null 2>&1; then
+        log "Installing tox into $VENV"
+        "$VENV/bin/python" -m pip install --quiet "tox>=4.11" 2>&1 |
+            grep -v "^WARNING: Location 'file:" >&2 || true
+        "$VENV/bin/python" -m tox --version >/dev/null
+    fi
+}
+
 # Start the local PostgreSQL cluster when nothing answers on 127.0.0.1:5432.
 ensure_postgres() {
     if pg_isready -q -h "${PGHOST:-127.0.0.1}" -p "${PGPORT:-5432}" 2>/dev/null; then
