@@ -42,7 +42,7 @@ VOLUMES = {
 
 # Settings tried for W2 "tuned", per system; the best by one run gets the reps.
 TUNING = {
-    "cairnq_django": ["CONN_MAX_AGE=none", "CONN_MAX_AGE=none --concurrency 16"],
+    "cairnq_django": ["--concurrency 16", "--concurrency 32"],
     "django_tasks_db": ["CONN_MAX_AGE=none --no-startup-delay"],
     "procrastinate": ["--concurrency 8", "--concurrency 32"],
     "cairnq": ["--concurrency 8", "--concurrency 32"],
