@@ -56,6 +56,10 @@ if os.environ.get("BENCH_CONN_MAX_AGE"):
     _age = os.environ["BENCH_CONN_MAX_AGE"]
     DATABASES["default"]["CONN_MAX_AGE"] = None if _age == "none" else int(_age)
 
+# Measure psycopg server-side binding (prepared statements) when asked.
+if BACKEND == "postgres" and os.environ.get("BENCH_SERVER_SIDE_BINDING"):
+    DATABASES["default"]["OPTIONS"] = {"server_side_binding": True}
+
 TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
 CAIRNQ = {}
 PROCRASTINATE_IMPORT_PATHS = ["bench.benchapp.procrastinate_tasks"]
