@@ -73,7 +73,8 @@ ensure_postgres() {
     local version
     version="$(ls /etc/postgresql | sort -V | tail -n 1)"
     log "Starting PostgreSQL $version"
-    pg_ctlcluster --skip-systemctl-redirect "$version" main start
+    # "Already running" (a cluster still starting up) is fine: readiness decides.
+    pg_ctlcluster --skip-systemctl-redirect "$version" main start || true
     local i
     for i in $(seq 1 30); do
         pg_isready -q -h "${PGHOST:-127.0.0.1}" -p "${PGPORT:-5432}" && return 0
