@@ -109,6 +109,7 @@ class Worker:
         self._on_error = self._load_on_error(on_error)
         self._sources = self._build_sources()
         self._rotation = 0
+        self._work_likely = False
 
         self._lock = threading.Lock()
         self._in_flight: dict[int, Call] = {}
@@ -302,7 +303,13 @@ class Worker:
     def _poll(self, free: int) -> int:
         """Probe, then claim up to `free` calls' worth of tasks; return calls started."""
         names = sorted(self.handlers)
-        if not names or not self.store.has_claimable(queues=self.queues, names=names):
+        if not names:
+            return 0
+        # The read-only probe keeps idle polls off the write path. Right after a
+        # productive claim or a wakeup, work is likely, and the claim itself
+        # answers the same question one round trip sooner.
+        likely, self._work_likely = self._work_likely, False
+        if not likely and not self.store.has_claimable(queues=self.queues, names=names):
             return 0
         start = self._rotation % len(self._sources)
         self._rotation += 1
@@ -329,6 +336,7 @@ class Worker:
                 self._dispatch(call)
             started += len(calls)
             free -= len(calls)
+        self._work_likely = started > 0
         return started
 
     def _headroom(self, source: _Source) -> int:
@@ -441,6 +449,7 @@ class Worker:
                 continue
             try:
                 if wakeup.wait_for_queued(self.queues, step):
+                    self._work_likely = True
                     return
             except Exception as exc:
                 self.report(exc, phase="wakeup")
