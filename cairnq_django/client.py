@@ -295,6 +295,8 @@ astats = sync_to_async(stats)
 acancel = sync_to_async(cancel)
 aretry = sync_to_async(retry)
 apurge = sync_to_async(purge)
+
+
 async def await_task(
     task_id: str,
     *,
