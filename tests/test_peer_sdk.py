@@ -7,35 +7,14 @@ connection boundary in both directions.
 
 from __future__ import annotations
 
-import asyncio
 
 import pytest
 from django.db import connection
 
 from . import catalog
+from .peer import with_sdk
 
 VENDOR = connection.vendor
-
-
-def _target() -> str:
-    name = connection.settings_dict["NAME"]
-    return name if VENDOR == "sqlite" else catalog.pg_dsn(name)
-
-
-def with_sdk(work):
-    """Open a cairnq client on the test database, run `await work(client)`, close it."""
-    from cairnq import CairnQ
-
-    async def run():
-        target = _target()
-        client = CairnQ.sqlite(target) if VENDOR == "sqlite" else CairnQ.postgres(target)
-        await client.connect()
-        try:
-            return await work(client)
-        finally:
-            await client.close()
-
-    return asyncio.run(run())
 
 
 def _snapshot():

@@ -7,7 +7,6 @@ Results and error envelopes read the same from both sides.
 
 from __future__ import annotations
 
-import asyncio
 import subprocess
 import sys
 import textwrap
@@ -16,32 +15,12 @@ import pytest
 from django.db import connection
 
 from cairnq_django import enqueue, get
-from tests import catalog
+from tests.peer import sdk_target, with_sdk
 from tests.workerutil import ROOT, run_burst
 
 pytestmark = pytest.mark.slow
 
 VENDOR = connection.vendor
-
-
-def _target() -> str:
-    name = connection.settings_dict["NAME"]
-    return name if VENDOR == "sqlite" else catalog.pg_dsn(name)
-
-
-def _sdk(work):
-    from cairnq import CairnQ
-
-    async def run():
-        target = _target()
-        client = CairnQ.sqlite(target) if VENDOR == "sqlite" else CairnQ.postgres(target)
-        await client.connect()
-        try:
-            return await work(client)
-        finally:
-            await client.close()
-
-    return asyncio.run(run())
 
 
 _SDK_WORKER = textwrap.dedent(
@@ -83,13 +62,13 @@ def test_tasks_from_the_sdk_run_on_cairnq_worker(live_store, child_env):
         bad = await client.submit("tests.permanent", {})
         return ok.id, bad.id
 
-    ok_id, bad_id = _sdk(submit)
+    ok_id, bad_id = with_sdk(submit)
     run_burst(child_env)
 
     async def read(client):
         return await client.get(ok_id), await client.get(bad_id)
 
-    ok, bad = _sdk(read)
+    ok, bad = with_sdk(read)
     assert ok.status == "succeeded"
     assert ok.result == {"echo": {"from": "sdk"}, "attempt": 1}
     assert bad.status == "failed"
@@ -101,7 +80,7 @@ def test_tasks_from_django_run_on_the_sdk_worker(live_store):
     ok = enqueue("peer.double", {"n": 21})
     bad = enqueue("peer.refuse", {"n": 1})
     proc = subprocess.run(
-        [sys.executable, "-c", _SDK_WORKER, VENDOR, _target(), ok.id, bad.id],
+        [sys.executable, "-c", _SDK_WORKER, VENDOR, sdk_target(), ok.id, bad.id],
         cwd=ROOT, capture_output=True, text=True, timeout=180,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
