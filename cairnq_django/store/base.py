@@ -40,6 +40,12 @@ from ..records import (
 from ..schema import PROTOCOL_VERSION
 from .dialects import Dialect, dialect_for
 
+try:
+    from psycopg import ClientCursor as _ClientCursor
+except ImportError:  # psycopg2, or no Postgres driver: the claim takes the usual path
+    class _ClientCursor:  # type: ignore[no-redef]
+        pass
+
 _LEASE_EXPIRED = jsoncodec.dumps(
     error_envelope(
         type="LeaseExpired",
@@ -600,10 +606,13 @@ class Store:
 
     def recover_leases(self) -> list[TaskRecord]:
         """Settle every task whose lease expired; run inside the claim transaction."""
+        return self._tasks(self._recover_sql() + " RETURNING *", {"lease_error": _LEASE_EXPIRED})
+
+    def _recover_sql(self) -> str:
         now = self._now
         requeue = "cancel_requested_at_ms IS NULL AND attempt < max_attempts"
         j = self.dialect.json.format(name="lease_error")
-        return self._tasks(
+        return (
             "UPDATE cairnq_tasks SET"
             " status = CASE WHEN cancel_requested_at_ms IS NOT NULL THEN 'canceled'"
             " WHEN attempt < max_attempts THEN 'queued' ELSE 'failed' END,"
@@ -618,8 +627,7 @@ class Store:
             f" updated_at_ms = {now}"
             " WHERE id IN (SELECT id FROM cairnq_tasks WHERE status = 'running'"
             f" AND lease_until_ms IS NOT NULL AND lease_until_ms <= {now}"
-            f"{self.dialect.skip_locked}) RETURNING *",
-            {"lease_error": _LEASE_EXPIRED},
+            f"{self.dialect.skip_locked})"
         )
 
     def _claim_sql(
@@ -661,8 +669,16 @@ class Store:
             raise ValueError("claim needs at least one queue.")
         _check_positive("lease_ms", lease_ms)
         _check_positive("limit", limit, 0)
-        plan = list(draws) if draws is not None else [(names, limit)]
-        claimed: list[TaskRecord] = []
+        plan = [
+            (draw_names, draw_limit)
+            for draw_names, draw_limit in (list(draws) if draws is not None else [(names, limit)])
+            if draw_limit > 0 and (draw_names is None or draw_names)
+        ]
+        if self.dialect.vendor == "postgresql" and len(plan) == 1:
+            claimed = self._claim_postgres(queues, worker_id, lease_ms, *plan[0])
+            claimed.sort(key=lambda t: (-t.priority, t.run_at_ms, t.id))
+            return claimed
+        claimed = []
         with self.atomic():
             self.recover_leases()
             for draw_names, draw_limit in plan:
@@ -672,6 +688,44 @@ class Store:
                 claimed += self._tasks(self._claim_sql(queues, draw_names, params), params)
         claimed.sort(key=lambda t: (-t.priority, t.run_at_ms, t.id))
         return claimed
+
+    def _claim_postgres(
+        self,
+        queues: Sequence[str],
+        worker_id: str,
+        lease_ms: int,
+        names: Sequence[str] | None,
+        limit: int,
+    ) -> list[TaskRecord]:
+        """Postgres: recover and claim as one two-statement query, one round trip.
+
+        Postgres runs the statements of one simple-protocol query as a single
+        transaction, and the second (the claim) sees what the first (the
+        recovery) requeued, so this is the protocol's claim transaction
+        without the BEGIN and COMMIT round trips. Only client-side binding
+        (Django's default) can send two statements at once; with
+        server_side_binding, or inside a caller's transaction, the claim runs
+        as usual.
+        """
+        params = {
+            "worker_id": worker_id, "lease_ms": lease_ms, "limit": limit,
+            "lease_error": _LEASE_EXPIRED,
+        }
+        claim = self._claim_sql(queues, names, params)
+        connection = connections[self.using]
+        if not connection.in_atomic_block:
+            self._verify_protocol()
+            with connection.cursor() as cursor:
+                if isinstance(cursor.cursor, _ClientCursor):
+                    cursor.execute(f"{self._recover_sql()}; {claim}", params)
+                    cursor.nextset()
+                    columns = [c[0] for c in cursor.description]
+                    return [
+                        TaskRecord.from_row(dict(zip(columns, row))) for row in cursor.fetchall()
+                    ]
+        with self.atomic():
+            self.recover_leases()
+            return self._tasks(claim, params)
 
     def _owned(self, set_clause: str, task_id: str, worker_id: str, params: dict) -> TaskRecord:
         params.update(id=task_id, worker_id=worker_id)
@@ -738,17 +792,71 @@ class Store:
             task_id, worker_id, {"result": _result_json(result)},
         )
 
-    def complete(self, task_id: str, worker_id: str, result: Any = None) -> TaskRecord:
-        """Finish a run: succeeded with result, or canceled if a cancel is pending."""
-        j = self.dialect.json.format(name="result")
+    def _complete_set(self, result_sql: str | None = None) -> str:
+        j = result_sql or self.dialect.json.format(name="result")
         cancel = "cancel_requested_at_ms IS NOT NULL"
-        return self._owned(
+        return (
             f"status = CASE WHEN {cancel} THEN 'canceled' ELSE 'succeeded' END,"
             f" result = CASE WHEN {cancel} THEN result ELSE {j} END,"
             f" progress = CASE WHEN {cancel} THEN progress ELSE 1.0 END,"
-            f" lease_until_ms = NULL, completed_at_ms = {self._now}",
-            task_id, worker_id, {"result": _result_json(result)},
+            f" lease_until_ms = NULL, completed_at_ms = {self._now}"
         )
+
+    def complete(self, task_id: str, worker_id: str, result: Any = None) -> TaskRecord:
+        """Finish a run: succeeded with result, or canceled if a cancel is pending."""
+        return self._owned(
+            self._complete_set(), task_id, worker_id, {"result": _result_json(result)}
+        )
+
+    @staticmethod
+    def encode_result(result: Any) -> str | None:
+        """The stored form of a handler's result; raises SerializationError before any write."""
+        return _result_json(result)
+
+    def complete_encoded_many(
+        self, items: Sequence[tuple[str, str, str | None]]
+    ) -> list[TaskRecord | None]:
+        """Complete several runs in ONE transaction; None where the lease was no longer held.
+
+        Each item is (task_id, worker_id, result encoded by encode_result).
+        Every row keeps complete()'s own ownership check, so one lost lease
+        settles nothing else wrongly; the saving is the commit, one per group
+        instead of one per task.
+        """
+        if not items:
+            return []
+        if self.dialect.vendor == "postgresql":
+            return self._complete_many_postgres(items)
+        sql = (
+            f"UPDATE cairnq_tasks SET {self._complete_set()}, updated_at_ms = {self._now}"
+            " WHERE id = %(id)s AND status = 'running' AND worker_id = %(worker_id)s"
+            f" AND lease_until_ms > {self._now} RETURNING *"
+        )
+        rows: list[TaskRecord | None] = []
+        with self.atomic():
+            for task_id, worker_id, result_json in items:
+                params = {"id": task_id, "worker_id": worker_id, "result": result_json}
+                rows.append(self._task(sql, params))
+        return rows
+
+    def _complete_many_postgres(
+        self, items: Sequence[tuple[str, str, str | None]]
+    ) -> list[TaskRecord | None]:
+        # One UPDATE joined to the group as arrays: one round trip and, in
+        # autocommit, one commit for the whole group.
+        ids, owners, results = (list(column) for column in zip(*items))
+        now = self._now
+        rows = self._tasks(
+            f"UPDATE cairnq_tasks SET {self._complete_set('u.result_json::jsonb')},"
+            f" updated_at_ms = c.now FROM (SELECT {now} AS now) c,"
+            " unnest(%(ids)s::text[], %(owners)s::text[], %(results)s::text[])"
+            " AS u(task_id, owner, result_json)"
+            " WHERE id = u.task_id AND status = 'running' AND worker_id = u.owner"
+            " AND lease_until_ms > c.now RETURNING cairnq_tasks.*",
+            {"ids": ids, "owners": owners, "results": results},
+        )
+        by_id = {row.id: row for row in rows}
+        return [by_id.get(task_id) for task_id, _, _ in items]
 
     def fail(
         self,
