@@ -18,6 +18,7 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +38,7 @@ from .heartbeat import Heartbeat
 from .pools import EventLoopThread, HandlerThreads
 from .registry import Registration, Registry, autodiscover
 from .registry import registry as default_registry
+from .settler import Settler
 
 logger = logging.getLogger("cairnq_django.worker")
 
@@ -117,8 +119,16 @@ class Worker:
         self._changed = threading.Event()
         self._stopping = False
         self._signals_seen = 0
+        # On SQLite the claim loop and the settler take turns at the write
+        # lock through this gate; SQLite's own busy handler would make them
+        # sleep for milliseconds. Postgres locks rows, so it needs none.
+        self._write_gate: Any = (
+            threading.Lock() if self.store.dialect.vendor == "sqlite" else nullcontext()
+        )
+        self.settler = Settler(self.store, write_gate=self._write_gate)
         self.execution = Execution(
-            worker=self, store=self.store, on_done=self._release, report=self.report
+            worker=self, store=self.store, on_done=self._release, report=self.report,
+            write_completion=self.settler.complete,
         )
         self._threads: HandlerThreads | None = None
         self._loop_thread: EventLoopThread | None = None
@@ -247,6 +257,7 @@ class Worker:
             f"{self.max_run_ms} ms" if self.max_run_ms else "none",
             os.getpid(), socket.gethostname(),
         )
+        self.settler.start()
         self._threads = HandlerThreads(self.concurrency)
         if any(not reg.is_async for reg in self.handlers.values()):
             self._threads.start()
@@ -326,10 +337,11 @@ class Worker:
                 left -= quota
             if not draws:
                 break
-            rows = self.store.claim(
-                queues=self.queues, worker_id=self.worker_id, lease_ms=self.lease_ms,
-                draws=draws,
-            )
+            with self._write_gate:
+                rows = self.store.claim(
+                    queues=self.queues, worker_id=self.worker_id, lease_ms=self.lease_ms,
+                    draws=draws,
+                )
             pending = [s for s in pending if s not in drawn]
             calls = self._split(rows)
             for call in calls:
@@ -528,6 +540,7 @@ class Worker:
             self._threads.stop()
         if self._loop_thread is not None:
             self._loop_thread.stop()
+        self.settler.stop()
         if self._wakeup:
             try:
                 self._wakeup.close()

@@ -1,0 +1,178 @@
+"""Group commit for the completions of finished calls.
+
+A no-op task costs two transactions, its claim and its completion, and the
+completion's commit is the larger part: on PostgreSQL each commit waits for
+a WAL flush, and on SQLite eight handler threads committing at once queue in
+SQLite's busy handler, which sleeps in steps of milliseconds. So handler
+threads hand their completions to one settler thread and wait; the settler
+writes whatever has gathered, each row with its own ownership check, in one
+short transaction, then wakes every waiter with its own row. Nothing waits
+on purpose to make a group larger: completions that arrive while one group
+is being written form the next.
+
+A handler thread still learns its own outcome (the written row, LostLease,
+or the database error) before its call is released, so a completion is
+never reported, signalled or counted before it is committed.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from concurrent.futures import Future
+from contextlib import AbstractContextManager
+from typing import Any
+
+from django.db import connections
+from django.db.utils import InterfaceError, OperationalError
+
+from ..errors import LostLease
+from ..records import TaskRecord
+from ..store import Store
+
+logger = logging.getLogger("cairnq_django.worker")
+
+# Bounds one group's transaction (and so how long it holds SQLite's write lock).
+MAX_GROUP = 64
+
+
+class _Item:
+    __slots__ = ("task_id", "worker_id", "result_json", "future")
+
+    def __init__(self, task_id: str, worker_id: str, result_json: str | None) -> None:
+        self.task_id = task_id
+        self.worker_id = worker_id
+        self.result_json = result_json
+        self.future: Future[TaskRecord] = Future()
+
+
+class Settler:
+    """One thread that commits completions in groups for the handler threads."""
+
+    def __init__(self, store: Store, *, write_gate: AbstractContextManager[Any]) -> None:
+        self.store = store
+        # Shared with the worker's claim loop on SQLite, so the two take the
+        # write lock in turn instead of meeting in SQLite's busy handler.
+        self._gate = write_gate
+        self._items: queue.SimpleQueue[_Item | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="cairnq-settler", daemon=True)
+        # Guards the queue's end: nothing is queued after the stop marker.
+        self._open_lock = threading.Lock()
+        self._open = False
+        self.groups = 0
+        self.settled = 0
+
+    def start(self) -> None:
+        with self._open_lock:
+            self._open = True
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Write what is queued, then end the thread; later completions are written alone."""
+        with self._open_lock:
+            if not self._open:
+                return
+            self._open = False
+            self._items.put(None)
+        self._thread.join(timeout)
+
+    def complete(self, task_id: str, worker_id: str, result: Any) -> TaskRecord:
+        """Complete one run through the next group; block until it is committed.
+
+        Raises SerializationError (before queueing), LostLease, or the
+        database error that the group met twice.
+        """
+        item = _Item(task_id, worker_id, self.store.encode_result(result))
+        with self._open_lock:
+            queued = self._open
+            if queued:
+                self._items.put(item)
+        if not queued:
+            return self._write_alone(item)
+        return item.future.result()
+
+    # ------------------------------------------------------------ the thread
+    def _run(self) -> None:
+        try:
+            while True:
+                first = self._items.get()
+                if first is None:
+                    return
+                group = [first]
+                stopping = False
+                while len(group) < MAX_GROUP:
+                    try:
+                        item = self._items.get_nowait()
+                    except queue.Empty:
+                        break
+                    if item is None:
+                        stopping = True
+                        break
+                    group.append(item)
+                self._write_group(group)
+                if stopping:
+                    return
+        finally:
+            self._fail_leftovers()
+            connections.close_all()
+
+    def _write_group(self, group: list[_Item]) -> None:
+        try:
+            rows = self._attempt(group)
+        except Exception as exc:
+            if len(group) == 1:
+                group[0].future.set_exception(exc)
+                return
+            # Whatever broke the group may be one row's doing: settle each alone
+            # so the others are not held hostage to it.
+            logger.warning(
+                "Writing %d completions together failed (%s); writing them one by one.",
+                len(group), exc,
+            )
+            for item in group:
+                try:
+                    item.future.set_result(self._write_alone(item))
+                except Exception as one_exc:
+                    item.future.set_exception(one_exc)
+            return
+        self.groups += 1
+        self.settled += sum(row is not None for row in rows)
+        for item, row in zip(group, rows):
+            if row is None:
+                item.future.set_exception(LostLease(item.task_id))
+            else:
+                item.future.set_result(row)
+
+    def _attempt(self, group: list[_Item]) -> list[TaskRecord | None]:
+        batch = [(i.task_id, i.worker_id, i.result_json) for i in group]
+        try:
+            with self._gate:
+                return self.store.complete_encoded_many(batch)
+        except (OperationalError, InterfaceError):
+            # One reconnect: the tasks are done, and dropping their completion
+            # over a connection the server closed would run them again.
+            connections[self.store.using].close()
+            with self._gate:
+                return self.store.complete_encoded_many(batch)
+
+    def _write_alone(self, item: _Item) -> TaskRecord:
+        with self._gate:
+            row = self.store.complete_encoded_many(
+                [(item.task_id, item.worker_id, item.result_json)]
+            )[0]
+        if row is None:
+            raise LostLease(item.task_id)
+        return row
+
+    def _fail_leftovers(self) -> None:
+        # Only reachable if the thread dies: a waiter must not block forever.
+        while True:
+            try:
+                item = self._items.get_nowait()
+            except queue.Empty:
+                return
+            if item is not None and not item.future.done():
+                item.future.set_exception(
+                    RuntimeError("the settler thread stopped before writing this completion")
+                )

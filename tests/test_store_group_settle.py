@@ -1,0 +1,124 @@
+"""Grouped completion (Store.complete_encoded_many) and the worker's Settler."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.db import connections
+
+from cairnq_django.errors import LostLease, SerializationError
+from cairnq_django.worker.settler import Settler
+
+from .storeutil import expire_lease, raw, run
+
+
+def claimed(store, count, worker="w1"):
+    return [run(store, name=f"t{i}", worker=worker) for i in range(count)]
+
+
+def test_a_group_completes_every_row_it_still_owns_and_reports_the_others(store):
+    held, expired, foreign, cancel = claimed(store, 4)
+    expire_lease(store, expired.id)
+    store.cancel(cancel.id)
+    rows = store.complete_encoded_many(
+        [
+            (held.id, "w1", store.encode_result({"ok": 1})),
+            (expired.id, "w1", store.encode_result(None)),
+            (foreign.id, "someone-else", store.encode_result(None)),
+            (cancel.id, "w1", store.encode_result("late")),
+        ]
+    )
+    assert rows[1] is None and rows[2] is None  # lease gone / not ours: nothing written
+    assert rows[0].status == "succeeded" and rows[0].result == {"ok": 1}
+    assert rows[0].progress == 1.0 and rows[0].lease_until_ms is None
+    assert rows[3].status == "canceled" and rows[3].result is None
+    assert store.get(expired.id).status == "running"
+    assert store.get(foreign.id).status == "running" and store.get(foreign.id).worker_id == "w1"
+    # The answer is in the order asked, whatever order the database returned rows in.
+    assert [r.id for r in rows if r] == [held.id, cancel.id]
+
+
+def test_a_group_stores_none_as_sql_null_like_complete(store):
+    (task,) = claimed(store, 1)
+    (row,) = store.complete_encoded_many([(task.id, "w1", store.encode_result(None))])
+    assert row.result is None
+    assert raw(store, "SELECT result IS NULL FROM cairnq_tasks WHERE id = %s", [task.id]) == [
+        (True,)
+    ]
+
+
+def test_an_unencodable_result_is_refused_before_anything_is_queued(store):
+    with pytest.raises(SerializationError):
+        store.encode_result({"when": object()})
+
+
+def test_an_empty_group_writes_nothing(store):
+    assert store.complete_encoded_many([]) == []
+
+
+# ---------------------------------------------------------------- the settler thread
+@pytest.fixture
+def settler(live_store):
+    gate = threading.Lock()
+    settler = Settler(live_store, write_gate=gate)
+    settler.start()
+    yield settler
+    settler.stop()
+
+
+def test_settler_completes_from_many_threads_each_learning_its_own_outcome(live_store, settler):
+    tasks = claimed(live_store, 12)
+    expire_lease(live_store, tasks[5].id)
+    outcomes = {}
+
+    def finish(task):
+        try:
+            outcomes[task.id] = settler.complete(task.id, "w1", {"id": task.id})
+        except LostLease as exc:
+            outcomes[task.id] = exc
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=finish, args=(t,)) for t in tasks]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert isinstance(outcomes[tasks[5].id], LostLease)
+    for task in tasks[:5] + tasks[6:]:
+        row = outcomes[task.id]
+        assert row.status == "succeeded" and row.result == {"id": task.id}
+    assert settler.settled == 11
+    assert settler.groups <= 11
+
+
+def test_settler_after_stop_writes_alone_instead_of_queueing(live_store, settler):
+    (task,) = claimed(live_store, 1)
+    settler.stop()
+    row = settler.complete(task.id, "w1", 7)
+    assert row.status == "succeeded" and row.result == 7
+
+
+def test_a_broken_group_is_retried_one_by_one(live_store, settler, monkeypatch):
+    first, second = claimed(live_store, 2)
+    real = live_store.complete_encoded_many
+
+    def refuse_groups(items):
+        if len(items) > 1:
+            raise RuntimeError("one row poisons the group")
+        return real(items)
+
+    monkeypatch.setattr(live_store, "complete_encoded_many", refuse_groups)
+    group = [
+        settler_item(first.id),
+        settler_item(second.id),
+    ]
+    settler._write_group(group)
+    assert [item.future.result().status for item in group] == ["succeeded", "succeeded"]
+
+
+def settler_item(task_id):
+    from cairnq_django.worker.settler import _Item
+
+    return _Item(task_id, "w1", None)
