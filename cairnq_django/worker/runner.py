@@ -298,6 +298,13 @@ class Worker:
                 continue
             retry_s = _DB_RETRY_FIRST_S
             if claimed:
+                if self._work_likely or self.burst:
+                    continue
+                # The claim took all the work that was due. Asking again at
+                # once would find nothing and, worse, hold the GIL while the
+                # handler threads just handed work are trying to start; the
+                # wakeup (or the poll interval) says when to look again.
+                self._idle()
                 continue
             if self.burst:
                 # `busy` was read before the probe: a call that ended after
@@ -317,8 +324,8 @@ class Worker:
         if not names:
             return 0
         # The read-only probe keeps idle polls off the write path. Right after a
-        # productive claim or a wakeup, work is likely, and the claim itself
-        # answers the same question one round trip sooner.
+        # claim that got all it asked for, or a wakeup, work is likely, and the
+        # claim itself answers the same question one round trip sooner.
         likely, self._work_likely = self._work_likely, False
         if not likely and not self.store.has_claimable(queues=self.queues, names=names):
             return 0
@@ -326,6 +333,7 @@ class Worker:
         self._rotation += 1
         pending = self._sources[start:] + self._sources[:start]
         started = 0
+        filled = False
         while free > 0 and pending:
             draws, drawn, left = [], [], free
             for source in pending:
@@ -342,13 +350,14 @@ class Worker:
                     queues=self.queues, worker_id=self.worker_id, lease_ms=self.lease_ms,
                     draws=draws,
                 )
+            filled = len(rows) >= sum(limit for _, limit in draws)
             pending = [s for s in pending if s not in drawn]
             calls = self._split(rows)
             for call in calls:
                 self._dispatch(call)
             started += len(calls)
             free -= len(calls)
-        self._work_likely = started > 0
+        self._work_likely = filled
         return started
 
     def _headroom(self, source: _Source) -> int:
