@@ -81,6 +81,10 @@ def _inserted_record(spec: dict[str, Any], now: int) -> TaskRecord:
     )
 
 
+# From this many rows a Postgres batch goes through COPY; below it, one
+# INSERT ... unnest() statement costs fewer round trips than COPY's two.
+_COPY_MIN_ROWS = 200
+
 _verified_aliases: set[str] = set()
 _verify_lock = threading.Lock()
 
@@ -257,6 +261,10 @@ class Store:
         return [_inserted_record(spec, now) for spec in specs]
 
     def _insert_postgres(self, cursor, specs: Sequence[dict[str, Any]]) -> int:
+        if len(specs) >= _COPY_MIN_ROWS and connections[self.using].in_atomic_block:
+            copy = getattr(cursor.cursor, "copy", None)  # psycopg 3; psycopg2 has none
+            if copy is not None:
+                return self._copy_postgres(cursor, copy, specs)
         # The clock is read once in the FROM clause, so every row (and the
         # value returned) shares it.
         if len(specs) == 1:
@@ -284,6 +292,28 @@ class Store:
             columns,
         )
         return cursor.fetchone()[0]
+
+    def _copy_postgres(self, cursor, copy, specs: Sequence[dict[str, Any]]) -> int:
+        """Stream a large batch through COPY: half the cost per row of unnest().
+
+        COPY cannot compute columns, so the database clock is read first, in
+        the same transaction, and every row gets it, as the INSERT would give
+        them. Row triggers (the queued notification) fire for COPY as for
+        INSERT. Only inside a transaction: the clock read and the rows must
+        commit or roll back together with the caller's.
+        """
+        cursor.execute(f"SELECT {self._now}")
+        now = cursor.fetchone()[0]
+        with copy(f"COPY cairnq_tasks ({_INSERT_COLUMNS}) FROM STDIN") as stream:
+            write = stream.write_row
+            for spec in specs:
+                write((
+                    spec["id"], spec["name"], spec["queue"], "queued", spec["payload"],
+                    spec["metadata"], spec["max_attempts"], spec["priority"],
+                    now + spec["delay_ms"], spec["parent_id"], spec["root_id"],
+                    spec["correlation_id"], now, now,
+                ))
+        return now
 
     def _insert_sqlite(self, cursor, specs: Sequence[dict[str, Any]]) -> int:
         now = now_ms()
