@@ -11,11 +11,14 @@ def _sessions(tasks):
     return {get(task.id).result["session"] for task in tasks}
 
 
-def test_one_thread_reuses_its_connection_across_tasks(live_store, child_env):
-    tasks = [enqueue("tests.connection_identity") for _ in range(5)]
+def test_handler_threads_reuse_their_connections_across_tasks(live_store, child_env):
+    tasks = [enqueue("tests.connection_identity") for _ in range(8)]
     run_burst(child_env, "--concurrency", "1")
     assert all(get(task.id).status == "succeeded" for task in tasks)
-    assert len(_sessions(tasks)) == 1
+    # Concurrency 1 has two handler threads: one may still wait for its
+    # completion to be written while the other runs the next task. Eight
+    # tasks on at most two sessions, not one session per task.
+    assert len(_sessions(tasks)) <= 2
 
 
 def test_worker_conn_max_age_none_keeps_djangos_per_task_connections(live_store, child_env):

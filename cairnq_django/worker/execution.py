@@ -45,6 +45,7 @@ class Call:
     thread: threading.Thread | None = None
     future: Any = None  # concurrent.futures.Future of an async call
     abandoned: bool = False
+    returned: bool = False  # the handler is done; its tasks may still be settling
     released: bool = False
     finished: threading.Event = field(default_factory=threading.Event)
 
@@ -77,6 +78,7 @@ class Execution:
         on_done: Callable[[Call], None],
         report: Callable[..., None],
         write_completion: Callable[[str, str, Any], TaskRecord] | None = None,
+        on_returned: Callable[[Call], None] | None = None,
     ) -> None:
         self.worker = worker
         self.store = store
@@ -84,6 +86,7 @@ class Execution:
         self.report = report
         # The worker passes its Settler's group commit; alone, one write a task.
         self.write_completion = write_completion or store.complete
+        self.on_returned = on_returned or (lambda call: None)
 
     # ------------------------------------------------------------ running
     def run_sync(self, call: Call) -> None:
@@ -98,8 +101,10 @@ class Execution:
             try:
                 result = call.registration.fn(*call.args())
             except BaseException as exc:  # SystemExit in a handler fails the task, not the thread
+                self.on_returned(call)
                 self.finish_raised(call, exc)
             else:
+                self.on_returned(call)
                 self.finish_returned(call, result)
         except Exception as exc:  # a settle that failed: already logged per task
             self.report(exc, phase="execute", task=call.name)
@@ -130,8 +135,10 @@ class Execution:
                     raise
                 return  # abandoned: the worker has already settled its tasks
             except BaseException as exc:
+                self.on_returned(call)
                 await on_db(partial(self.finish_raised, call, exc))
             else:
+                self.on_returned(call)
                 await on_db(partial(self.finish_returned, call, result))
         except asyncio.CancelledError:
             raise

@@ -115,6 +115,9 @@ class Worker:
 
         self._lock = threading.Lock()
         self._in_flight: dict[int, Call] = {}
+        # Calls whose handler is still running; the rest of _in_flight have
+        # returned and wait for their completion to be written.
+        self._running = 0
         self._calls_by_name: dict[str, int] = defaultdict(int)
         self._changed = threading.Event()
         self._stopping = False
@@ -128,7 +131,7 @@ class Worker:
         self.settler = Settler(self.store, write_gate=self._write_gate)
         self.execution = Execution(
             worker=self, store=self.store, on_done=self._release, report=self.report,
-            write_completion=self.settler.complete,
+            write_completion=self.settler.complete, on_returned=self._returned,
         )
         self._threads: HandlerThreads | None = None
         self._loop_thread: EventLoopThread | None = None
@@ -258,11 +261,12 @@ class Worker:
             os.getpid(), socket.gethostname(),
         )
         self.settler.start()
-        self._threads = HandlerThreads(self.concurrency)
+        # A thread per running call plus one per call waiting on its settle.
+        self._threads = HandlerThreads(2 * self.concurrency)
         if any(not reg.is_async for reg in self.handlers.values()):
             self._threads.start()
         if any(reg.is_async for reg in self.handlers.values()):
-            self._loop_thread = EventLoopThread(self.concurrency)
+            self._loop_thread = EventLoopThread(2 * self.concurrency)
             self._loop_thread.start()
         self._heartbeat = Heartbeat(
             store=self.store, worker_id=self.worker_id, lease_ms=self.lease_ms,
@@ -278,7 +282,12 @@ class Worker:
             # Cleared before looking, so a call finishing after this point is seen.
             self._changed.clear()
             busy = len(self._in_flight)
-            free = self.concurrency - busy
+            # A call frees its slot when its handler returns, not when its
+            # completion is committed: the next claim then overlaps the
+            # settler's write, and both work in batches. Calls waiting to be
+            # settled are capped at `concurrency` too, so a slow database
+            # cannot make the worker hoard claimed tasks.
+            free = min(self.concurrency - self._running, 2 * self.concurrency - busy)
             if free <= 0:
                 self._wait_for_change(self.poll_ms / 1000)
                 continue
@@ -350,7 +359,11 @@ class Worker:
                     queues=self.queues, worker_id=self.worker_id, lease_ms=self.lease_ms,
                     draws=draws,
                 )
-            filled = len(rows) >= sum(limit for _, limit in draws)
+            # A draw that got its whole quota may have left more behind; one
+            # that got less emptied its names' share of the queue.
+            filled = filled or any(
+                sum(row.name in names for row in rows) >= limit for names, limit in draws
+            )
             pending = [s for s in pending if s not in drawn]
             calls = self._split(rows)
             for call in calls:
@@ -392,6 +405,7 @@ class Worker:
     def _dispatch(self, call: Call) -> None:
         with self._lock:
             self._in_flight[id(call)] = call
+            self._running += 1
             self._calls_by_name[call.name] += 1
             self.tasks_started += len(call.contexts)
         if call.registration.is_async:
@@ -403,11 +417,23 @@ class Worker:
             assert self._threads is not None
             self._threads.submit(lambda: self.execution.run_sync(call))
 
+    def _returned(self, call: Call) -> None:
+        """The handler is done (its tasks may still be settling): free its slot."""
+        with self._lock:
+            if call.returned:
+                return
+            call.returned = True
+            self._running -= 1
+        self._changed.set()
+
     def _release(self, call: Call) -> None:
         with self._lock:
             if call.released:
                 return
             call.released = True
+            if not call.returned:
+                call.returned = True
+                self._running -= 1
             self._in_flight.pop(id(call), None)
             self._calls_by_name[call.name] -= 1
         self._changed.set()
@@ -425,7 +451,8 @@ class Worker:
         now = time.monotonic()
         with self._lock:
             overdue = [
-                c for c in self._in_flight.values() if c.deadline is not None and now >= c.deadline
+                c for c in self._in_flight.values()
+                if c.deadline is not None and now >= c.deadline and not c.returned
             ]
         for call in overdue:
             logger.warning(
