@@ -81,6 +81,10 @@ def _inserted_record(spec: dict[str, Any], now: int) -> TaskRecord:
     )
 
 
+# Rows per grouped-completion statement on SQLite: 3 parameters each, well
+# under SQLite's 32,766.
+_SQLITE_GROUP_ROWS = 500
+
 # From this many rows a Postgres batch goes through COPY; below it, one
 # INSERT ... unnest() statement costs fewer round trips than COPY's two.
 _COPY_MIN_ROWS = 200
@@ -857,17 +861,32 @@ class Store:
             return []
         if self.dialect.vendor == "postgresql":
             return self._complete_many_postgres(items)
-        sql = (
-            f"UPDATE cairnq_tasks SET {self._complete_set()}, updated_at_ms = {self._now}"
-            " WHERE id = %(id)s AND status = 'running' AND worker_id = %(worker_id)s"
-            f" AND lease_until_ms > {self._now} RETURNING *"
-        )
-        rows: list[TaskRecord | None] = []
+        by_id: dict[str, TaskRecord] = {}
         with self.atomic():
-            for task_id, worker_id, result_json in items:
-                params = {"id": task_id, "worker_id": worker_id, "result": result_json}
-                rows.append(self._task(sql, params))
-        return rows
+            for start in range(0, len(items), _SQLITE_GROUP_ROWS):
+                for row in self._complete_many_sqlite(items[start : start + _SQLITE_GROUP_ROWS]):
+                    by_id[row.id] = row
+        return [by_id.get(task_id) for task_id, _, _ in items]
+
+    def _complete_many_sqlite(
+        self, items: Sequence[tuple[str, str, str | None]]
+    ) -> list[TaskRecord]:
+        # One UPDATE ... FROM a VALUES list (SQLite 3.33+): a statement per
+        # row spent more in Django's cursor than in SQLite.
+        params: dict[str, Any] = {}
+        values = []
+        for i, (task_id, worker_id, result_json) in enumerate(items):
+            params[f"i{i}"], params[f"w{i}"], params[f"r{i}"] = task_id, worker_id, result_json
+            values.append(f"(%(i{i})s, %(w{i})s, %(r{i})s)")
+        return self._tasks(
+            f"UPDATE cairnq_tasks SET {self._complete_set('u.result_json')},"
+            f" updated_at_ms = {self._now}"
+            " FROM (SELECT column1 AS task_id, column2 AS owner, column3 AS result_json"
+            f" FROM (VALUES {', '.join(values)})) AS u"
+            " WHERE id = u.task_id AND status = 'running' AND worker_id = u.owner"
+            f" AND lease_until_ms > {self._now} RETURNING *",
+            params,
+        )
 
     def _complete_many_postgres(
         self, items: Sequence[tuple[str, str, str | None]]
