@@ -184,6 +184,8 @@ def w5(adapter, args) -> dict:
     from cairnq_django.store import get_store
 
     store = get_store()
+    # Before the claims: their completions must fall inside its window.
+    probe = Probe()
     claims = []
     for _ in range(args.claims):
         start = mono()
@@ -192,7 +194,6 @@ def w5(adapter, args) -> dict:
         for task in tasks:
             store.complete(task.id, "bench-claim", None)
     # The claims above completed some tasks; the drain counts the rest.
-    probe = Probe()
     already = probe.done()[0]
     drained = _drain(adapter, args, already + args.n - args.claims, probe)
     return {
