@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import sqlite3
+
 from django.conf import settings
 from django.core.checks import Error, Tags, Warning, register
 from django.db import DEFAULT_DB_ALIAS
 from django.utils.module_loading import import_string
 
 from .conf import DEFAULTS, DURATION_KEYS, cairnq_settings, to_ms
+
+# RETURNING arrived in SQLite 3.35.0 (UPDATE ... FROM in 3.33.0); Django 5.2
+# itself accepts 3.31.
+MIN_SQLITE = (3, 35, 0)
 
 
 @register(Tags.compatibility)
@@ -179,6 +185,17 @@ def database_errors(alias):
             )
         ]
     errors = []
+    if sqlite3.sqlite_version_info < MIN_SQLITE:
+        errors.append(
+            Error(
+                f"This Python links SQLite {sqlite3.sqlite_version}; cairnq_django needs "
+                f"{'.'.join(map(str, MIN_SQLITE))} or newer (it writes with RETURNING and "
+                "UPDATE ... FROM).",
+                hint="Use a Python built against a newer SQLite (python.org and most current "
+                "distributions ship 3.40+), or PostgreSQL.",
+                id="cairnq.E013",
+            )
+        )
     options = config.get("OPTIONS", {})
     if str(options.get("transaction_mode", "")).upper() != "IMMEDIATE":
         errors.append(

@@ -132,6 +132,18 @@ def test_sqlite_with_a_short_busy_timeout_warns(timeout):
     assert ids(run_checks(databases={"default": sqlite_db(**options)})) == ["cairnq.W014"]
 
 
+def test_an_sqlite_library_without_returning_is_an_error(monkeypatch):
+    import cairnq_django.checks as checks
+
+    monkeypatch.setattr(checks.sqlite3, "sqlite_version_info", (3, 34, 1))
+    monkeypatch.setattr(checks.sqlite3, "sqlite_version", "3.34.1")
+    [error] = run_checks(databases={"default": sqlite_db(**GOOD_SQLITE)})
+    assert error.id == "cairnq.E013" and "3.34.1" in error.msg and "3.35.0" in error.msg
+    # Postgres does not care which SQLite Python links.
+    postgres = {"ENGINE": "django.db.backends.postgresql", "NAME": "x"}
+    assert run_checks(databases={"default": postgres}) == []
+
+
 def test_sqlite_defaults_report_everything():
     # Python's sqlite3 waits 5 s by default, which is just enough not to warn.
     assert ids(run_checks(databases={"default": sqlite_db()})) == ["cairnq.E012", "cairnq.W013"]
