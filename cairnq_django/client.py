@@ -141,9 +141,18 @@ def enqueue_many(
     """
     store = get_store(using)
     specs, keys = [], []
+    plain_key = (None, "reuse")
     for index, item in enumerate(tasks):
         if isinstance(item, tuple):
-            item = {"name": item[0], "payload": item[1] if len(item) > 1 else None}
+            # (name, payload) takes every default: nothing else to look up.
+            if not 1 <= len(item) <= 2:
+                raise ValueError(
+                    f"enqueue_many item {index} must be (name,) or (name, payload); "
+                    f"got a tuple of {len(item)}."
+                )
+            specs.append(store.prepare(item[0], item[1] if len(item) == 2 else None))
+            keys.append(plain_key)
+            continue
         item = dict(item)
         unknown = set(item) - _MANY_OPTIONS - {"name", "payload"}
         if unknown or "name" not in item:

@@ -175,6 +175,10 @@ def test_enqueue_many_reuses_keys_like_enqueue(db):
         {"name": "x", "conflict": "nope"},
         {"name": "x", "run_at": datetime(2030, 1, 1)},
         {"name": "x", "key": ""},
+        ("x", {}, "a third element"),
+        (),
+        ("", {}),
+        ("x", {"n": float("inf")}),
     ],
 )
 def test_enqueue_many_validates_everything_before_writing(db, bad):

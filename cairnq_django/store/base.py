@@ -327,13 +327,15 @@ class Store:
         row = "(%s, %s, %s, 'queued', %s, %s, %s, %s, %s + %s, %s, %s, %s, %s, %s)"
         for start in range(0, len(specs), 1000):
             chunk = specs[start : start + 1000]
-            params: list[Any] = []
-            for spec in chunk:
-                params += (
+            params = [
+                value
+                for spec in chunk
+                for value in (
                     spec["id"], spec["name"], spec["queue"], spec["payload"], spec["metadata"],
                     spec["max_attempts"], spec["priority"], now, spec["delay_ms"],
                     spec["parent_id"], spec["root_id"], spec["correlation_id"], now, now,
                 )
+            ]
             cursor.execute(
                 f"INSERT INTO cairnq_tasks ({_INSERT_COLUMNS}) VALUES "
                 + ", ".join([row] * len(chunk)),
