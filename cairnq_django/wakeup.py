@@ -21,6 +21,7 @@ import time
 import urllib.parse
 from collections import OrderedDict
 from collections.abc import Sequence
+from typing import Any
 
 from django.db import connections
 
@@ -46,6 +47,10 @@ RECENT_DONE_LIMIT = 1024
 # changes, which keeps an idle worker near 1% of a core (docs/wakeups.md).
 SQLITE_POLL_MIN_S = 0.001
 SQLITE_POLL_MAX_S = 0.005
+# With an inotify watch on the file, the poller blocks on it once the
+# interval has grown to the maximum; this long sleep only guards against a
+# write the watch did not report.
+SQLITE_WATCHED_SLEEP_S = 0.5
 
 
 class Wakeup:
@@ -369,6 +374,7 @@ class SQLiteWakeup(_Waits, Wakeup):
         self._poll_max_s = max(poll_min_s, poll_max_s)
         self._db: sqlite3.Connection | None = None
         self._db_lock = threading.Lock()
+        self._watch: Any = None  # a FileWatch once the poller runs, where inotify exists
         self._thread: threading.Thread | None = None
         self._data_version: int | None = None
         # Number of changes seen (data_version values are per connection, so
@@ -437,6 +443,10 @@ class SQLiteWakeup(_Waits, Wakeup):
         return self._start()
 
     def _poll_forever(self) -> None:
+        from .filewatch import FileWatch
+
+        if not self._path.startswith("file:"):
+            self._watch = FileWatch.open(self._path)
         backoff = RECONNECT_INITIAL_S
         interval = self._poll_min_s
         while True:
@@ -470,7 +480,16 @@ class SQLiteWakeup(_Waits, Wakeup):
                     interval = self._poll_min_s
                 else:
                     interval = min(interval * 2, self._poll_max_s)
-            time.sleep(interval)
+            if self._watch is not None and interval >= self._poll_max_s:
+                # Quiet for a while: sleep until a process writes the file. A
+                # commit writes the -wal file a moment before readers can see
+                # it, so every wake first polls fast again (from the minimum).
+                if self._watch.wait(SQLITE_WATCHED_SLEEP_S):
+                    interval = self._poll_min_s
+            else:
+                time.sleep(interval)
+        if self._watch is not None:
+            self._watch.close()
         with self._db_lock:
             if self._db is not None:
                 self._db.close()
@@ -565,6 +584,9 @@ class SQLiteWakeup(_Waits, Wakeup):
         with self._cond:
             self._closed = True
             self._wake_all()
+        watch = self._watch
+        if watch is not None:
+            watch.interrupt()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=2)

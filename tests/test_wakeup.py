@@ -322,3 +322,56 @@ def test_sqlite_wake_skips_commits_without_work_for_the_queue(wake, live_store, 
     assert mine.is_alive()
     run_child(child_env, 'client.enqueue("wake.work", queue="quiet")')
     assert mine.outcome() is True
+
+
+@only_sqlite
+def test_sqlite_poller_sleeps_on_the_file_watch_and_wakes_on_a_commit(wake, child_env):
+    mine = start_waiting(wake, 1, wake.wait_for_queued, ["watched"], LONG)
+    until(lambda: wake._watch is not None, "the poller to open its inotify watch")
+    run_child(child_env, 'client.enqueue("wake.watched", queue="watched")')
+    assert mine.outcome() is True
+
+
+@only_sqlite
+def test_sqlite_wakes_by_polling_where_there_is_no_inotify(live_store, child_env, monkeypatch):
+    from cairnq_django.filewatch import FileWatch
+
+    monkeypatch.setattr(FileWatch, "open", classmethod(lambda cls, path: None))
+    w = get_wakeup("default")
+    try:
+        assert w.ready(30)
+        mine = start_waiting(w, 1, w.wait_for_queued, ["polled"], LONG)
+        run_child(child_env, 'client.enqueue("wake.polled", queue="polled")')
+        assert mine.outcome() is True
+        assert w._watch is None
+    finally:
+        wakeup.close_all()
+
+
+def test_file_watch_reports_writes_to_the_database_files_only(tmp_path):
+    from cairnq_django.filewatch import FileWatch
+
+    db = tmp_path / "queue.sqlite3"
+    db.write_bytes(b"")
+    watch = FileWatch.open(str(db))
+    if watch is None:
+        pytest.skip("no inotify on this system")
+    try:
+        assert watch.wait(0.05) is False  # nothing written yet
+        (tmp_path / "unrelated.log").write_text("noise")
+        assert watch.wait(0.05) is False  # another file in the directory
+        (tmp_path / "queue.sqlite3-wal").write_bytes(b"frame")
+        assert watch.wait(LONG) is True
+        waiter = InThread(watch.wait, LONG)
+        waiter.start()
+        watch.interrupt()
+        assert waiter.outcome() is False  # a close need not wait the sleep out
+    finally:
+        watch.close()
+    watch.interrupt()  # after close: a no-op, not a write to a reused descriptor
+
+
+def test_file_watch_is_none_for_a_missing_directory(tmp_path):
+    from cairnq_django.filewatch import FileWatch
+
+    assert FileWatch.open(str(tmp_path / "missing" / "db.sqlite3")) is None
