@@ -212,7 +212,7 @@ def main() -> None:
     parser.add_argument("--limit-seconds", type=float, default=None)
     parser.add_argument("--workdir", default="/tmp/cairnq_bench")
     parser.add_argument("--write-docs", action="store_true",
-                        help="replace the results section of docs/benchmarks.md")
+                        help="replace the results in docs/benchmarks.md (and, for a run of both backends, the README table)")
     opts = parser.parse_args()
     reps = opts.reps or (1 if opts.quick else 3)
     backends = opts.backends.split(",")
@@ -296,9 +296,12 @@ def main() -> None:
     with open(os.path.join(out_dir, f"{stamp}.md"), "w") as f:
         f.write(table)
     if opts.write_docs:
-        from .report import write_docs
+        from .report import write_docs, write_readme
 
         write_docs(os.path.join(ROOT, "docs", "benchmarks.md"), table)
+        # Only a run of both backends replaces the README's table.
+        if set(results["limits"]) == {"sqlite", "postgres"}:
+            write_readme(os.path.join(ROOT, "README.md"), results)
     log(f"results: bench/results/{stamp}.json")
 
 

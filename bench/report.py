@@ -141,3 +141,71 @@ def write_docs(path: str, table: str) -> None:
             text += "\n" + block + "\n"
     with open(path, "w") as f:
         f.write(text)
+
+
+README_MARKERS = ("<!-- bench:readme:start -->", "<!-- bench:readme:end -->")
+BACKEND_TITLES = {"sqlite": "SQLite", "postgres": "PostgreSQL"}
+
+
+def render_summary(results: dict) -> str:
+    """The README's table: ours beside the best peer, one column group per backend."""
+    backends = list(results["limits"])
+    out = [
+        f"Run {results['started']} → {results['finished']} · {results['machine']} · "
+        f"median of {results['reps']} · `{results['command']}`",
+        "",
+        "| workload | " + " | ".join(
+            f"{BACKEND_TITLES[b]}: ours | best peer | vs best peer" for b in backends
+        ) + " |",
+        "|---" * (1 + 3 * len(backends)) + "|",
+    ]
+    for workload, field, label, higher in ROWS:
+        row, any_value = [label], False
+        for backend in backends:
+            ours_cell = _cell(results, backend, "cairnq_django", workload)
+            ours = ours_cell["summary"].get(field) if ours_cell else None
+            peers = {}
+            for peer in PEERS:
+                cell = _cell(results, backend, peer, workload)
+                if cell and field in cell["summary"]:
+                    peers[peer] = cell["summary"][field]["median"]
+            if ours is None:
+                row += ["—", "—", "—"]
+                continue
+            any_value = True
+            text = f"{ours['median']:,.{_digits(field, ours['median'])}f}"
+            if workload == "w2t" and ours_cell.get("setting"):
+                text += f" (`{ours_cell['setting']}`)"
+            row.append(text)
+            if not peers:
+                row += ["—", "—"]
+                continue
+            best = (max if higher else min)(peers, key=peers.get)
+            value = peers[best]
+            row.append(f"{value:,.{_digits(field, value)}f} ({NAMES[best]})")
+            if field == "idle_cpu_pct":
+                row.append("—")
+            else:
+                ratio = ours["median"] / value if higher else value / ours["median"]
+                row.append(f"{ratio:.2f}×")
+        if any_value:
+            out.append("| " + " | ".join(row) + " |")
+    out.append(
+        "| database limit, one client (commits/s) | "
+        + " | ".join(f"{results['limits'][b]['median']:,.0f} | | " for b in backends)
+        + "|"
+    )
+    return "\n".join(out) + "\n"
+
+
+def write_readme(path: str, results: dict) -> None:
+    """Replace the README's results table between its markers with this run's summary."""
+    start, end = README_MARKERS
+    with open(path) as f:
+        text = f.read()
+    if start not in text:
+        return
+    block = f"{start}\n{render_summary(results).rstrip()}\n{end}"
+    text = re.sub(re.escape(start) + ".*?" + re.escape(end), lambda m: block, text, flags=re.S)
+    with open(path, "w") as f:
+        f.write(text)
