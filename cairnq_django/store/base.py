@@ -134,6 +134,14 @@ def _error_json(error: Any, retryable: bool) -> str:
         )
 
 
+def _fetch_dicts(cursor) -> list[dict[str, Any]]:
+    """The current result set as one dict per row ([] for a statement without rows)."""
+    if cursor.description is None:
+        return []
+    columns = [c[0] for c in cursor.description]
+    return [dict(zip(columns, row)) for row in cursor.fetchall()]
+
+
 def _check_positive(name: str, value: Any, minimum: int = 1) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}.")
@@ -153,10 +161,7 @@ class Store:
         params = self.dialect.bind_now(dict(params or {}))
         with connections[self.using].cursor() as cursor:
             cursor.execute(sql, params)
-            if cursor.description is None:
-                return []
-            columns = [c[0] for c in cursor.description]
-            return [dict(zip(columns, row)) for row in cursor.fetchall()]
+            return _fetch_dicts(cursor)
 
     def _tasks(self, sql: str, params: dict | None = None) -> list[TaskRecord]:
         return [TaskRecord.from_row(row) for row in self._rows(sql, params)]
@@ -710,29 +715,31 @@ class Store:
             for draw_names, draw_limit in (list(draws) if draws is not None else [(names, limit)])
             if draw_limit > 0 and (draw_names is None or draw_names)
         ]
+        claimed = None
         if self.dialect.vendor == "postgresql" and len(plan) == 1:
-            claimed = self._claim_postgres(queues, worker_id, lease_ms, *plan[0])
-            claimed.sort(key=lambda t: (-t.priority, t.run_at_ms, t.id))
-            return claimed
-        claimed = []
-        with self.atomic():
-            self.recover_leases()
-            for draw_names, draw_limit in plan:
-                if draw_limit <= 0 or (draw_names is not None and not draw_names):
-                    continue
-                params = {"worker_id": worker_id, "lease_ms": lease_ms, "limit": draw_limit}
-                claimed += self._tasks(self._claim_sql(queues, draw_names, params), params)
+            claimed = self._claim_one_round_trip(queues, worker_id, lease_ms, *plan[0])
+        if claimed is None:
+            claimed = self._claim_in_transaction(queues, worker_id, lease_ms, plan)
         claimed.sort(key=lambda t: (-t.priority, t.run_at_ms, t.id))
         return claimed
 
-    def _claim_postgres(
+    def _claim_in_transaction(self, queues, worker_id, lease_ms, plan) -> list[TaskRecord]:
+        claimed: list[TaskRecord] = []
+        with self.atomic():
+            self.recover_leases()
+            for draw_names, draw_limit in plan:  # already free of empty draws
+                params = {"worker_id": worker_id, "lease_ms": lease_ms, "limit": draw_limit}
+                claimed += self._tasks(self._claim_sql(queues, draw_names, params), params)
+        return claimed
+
+    def _claim_one_round_trip(
         self,
         queues: Sequence[str],
         worker_id: str,
         lease_ms: int,
         names: Sequence[str] | None,
         limit: int,
-    ) -> list[TaskRecord]:
+    ) -> list[TaskRecord] | None:
         """Postgres: recover and claim as one two-statement query, one round trip.
 
         Postgres runs the statements of one simple-protocol query as a single
@@ -740,28 +747,24 @@ class Store:
         recovery) requeued, so this is the protocol's claim transaction
         without the BEGIN and COMMIT round trips. Only client-side binding
         (Django's default) can send two statements at once; with
-        server_side_binding, or inside a caller's transaction, the claim runs
-        as usual.
+        server_side_binding, or inside a caller's transaction, this returns
+        None and the claim runs as usual.
         """
+        connection = connections[self.using]
+        if connection.in_atomic_block:
+            return None
         params = {
             "worker_id": worker_id, "lease_ms": lease_ms, "limit": limit,
             "lease_error": _LEASE_EXPIRED,
         }
         claim = self._claim_sql(queues, names, params)
-        connection = connections[self.using]
-        if not connection.in_atomic_block:
-            self._verify_protocol()
-            with connection.cursor() as cursor:
-                if isinstance(cursor.cursor, _ClientCursor):
-                    cursor.execute(f"{self._recover_sql()}; {claim}", params)
-                    cursor.nextset()
-                    columns = [c[0] for c in cursor.description]
-                    return [
-                        TaskRecord.from_row(dict(zip(columns, row))) for row in cursor.fetchall()
-                    ]
-        with self.atomic():
-            self.recover_leases()
-            return self._tasks(claim, params)
+        self._verify_protocol()
+        with connection.cursor() as cursor:
+            if not isinstance(cursor.cursor, _ClientCursor):
+                return None
+            cursor.execute(f"{self._recover_sql()}; {claim}", params)
+            cursor.nextset()
+            return [TaskRecord.from_row(row) for row in _fetch_dicts(cursor)]
 
     def _owned(self, set_clause: str, task_id: str, worker_id: str, params: dict) -> TaskRecord:
         params.update(id=task_id, worker_id=worker_id)
@@ -862,12 +865,13 @@ class Store:
         if not items:
             return []
         if self.dialect.vendor == "postgresql":
-            return self._complete_many_postgres(items)
-        by_id: dict[str, TaskRecord] = {}
-        with self.atomic():
-            for start in range(0, len(items), _SQLITE_GROUP_ROWS):
-                for row in self._complete_many_sqlite(items[start : start + _SQLITE_GROUP_ROWS]):
-                    by_id[row.id] = row
+            rows = self._complete_many_postgres(items)
+        else:
+            rows = []
+            with self.atomic():
+                for start in range(0, len(items), _SQLITE_GROUP_ROWS):
+                    rows += self._complete_many_sqlite(items[start : start + _SQLITE_GROUP_ROWS])
+        by_id = {row.id: row for row in rows}
         return [by_id.get(task_id) for task_id, _, _ in items]
 
     def _complete_many_sqlite(
@@ -892,12 +896,12 @@ class Store:
 
     def _complete_many_postgres(
         self, items: Sequence[tuple[str, str, str | None]]
-    ) -> list[TaskRecord | None]:
+    ) -> list[TaskRecord]:
         # One UPDATE joined to the group as arrays: one round trip and, in
         # autocommit, one commit for the whole group.
         ids, owners, results = (list(column) for column in zip(*items))
         now = self._now
-        rows = self._tasks(
+        return self._tasks(
             f"UPDATE cairnq_tasks SET {self._complete_set('u.result_json::jsonb')},"
             f" updated_at_ms = c.now FROM (SELECT {now} AS now) c,"
             " unnest(%(ids)s::text[], %(owners)s::text[], %(results)s::text[])"
@@ -906,8 +910,6 @@ class Store:
             " AND lease_until_ms > c.now RETURNING cairnq_tasks.*",
             {"ids": ids, "owners": owners, "results": results},
         )
-        by_id = {row.id: row for row in rows}
-        return [by_id.get(task_id) for task_id, _, _ in items]
 
     def fail(
         self,

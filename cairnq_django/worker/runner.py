@@ -115,9 +115,6 @@ class Worker:
 
         self._lock = threading.Lock()
         self._in_flight: dict[int, Call] = {}
-        # Calls whose handler is still running; the rest of _in_flight have
-        # returned and wait for their completion to be written.
-        self._running = 0
         self._calls_by_name: dict[str, int] = defaultdict(int)
         self._changed = threading.Event()
         self._stopping = False
@@ -281,13 +278,16 @@ class Worker:
         while not self._stopping:
             # Cleared before looking, so a call finishing after this point is seen.
             self._changed.clear()
-            busy = len(self._in_flight)
+            with self._lock:
+                busy = len(self._in_flight)
+                # The rest of _in_flight have returned and wait for their completion.
+                running = sum(not call.returned for call in self._in_flight.values())
             # A call frees its slot when its handler returns, not when its
             # completion is committed: the next claim then overlaps the
             # settler's write, and both work in batches. Calls waiting to be
             # settled are capped at `concurrency` too, so a slow database
             # cannot make the worker hoard claimed tasks.
-            free = min(self.concurrency - self._running, 2 * self.concurrency - busy)
+            free = min(self.concurrency - running, 2 * self.concurrency - busy)
             if free <= 0:
                 self._wait_for_change(self.poll_ms / 1000)
                 continue
@@ -405,7 +405,6 @@ class Worker:
     def _dispatch(self, call: Call) -> None:
         with self._lock:
             self._in_flight[id(call)] = call
-            self._running += 1
             self._calls_by_name[call.name] += 1
             self.tasks_started += len(call.contexts)
         if call.registration.is_async:
@@ -419,11 +418,7 @@ class Worker:
 
     def _returned(self, call: Call) -> None:
         """The handler is done (its tasks may still be settling): free its slot."""
-        with self._lock:
-            if call.returned:
-                return
-            call.returned = True
-            self._running -= 1
+        call.returned = True
         self._changed.set()
 
     def _release(self, call: Call) -> None:
@@ -431,9 +426,6 @@ class Worker:
             if call.released:
                 return
             call.released = True
-            if not call.returned:
-                call.returned = True
-                self._running -= 1
             self._in_flight.pop(id(call), None)
             self._calls_by_name[call.name] -= 1
         self._changed.set()
