@@ -239,6 +239,8 @@ def wait(
     """Block until a task finishes; raise TaskFailed/TaskCanceled/TaskTimeout as fitting.
 
     `timeout` is seconds (or a timedelta); the poll bounds are milliseconds.
+    A database that goes away meanwhile (a restart) is reconnected to with
+    backoff until the timeout; TaskTimeout then says it was unreachable.
     """
     return waiting.wait(
         get_store(using),
@@ -259,7 +261,11 @@ def wait_by_key(
     raise_on_failure: bool = True,
     using: str | None = None,
 ) -> TaskRecord:
-    """Block until the task a key points at finishes (following replacements)."""
+    """Block until the task a key points at finishes (following replacements).
+
+    On timeout, TaskTimeout.key is the key and TaskTimeout.task_id the task it
+    pointed at, or the key itself when it pointed at nothing.
+    """
     return waiting.wait(
         get_store(using),
         key=key,

@@ -47,13 +47,21 @@ class QueueFull(CairnQError):
 
 
 class TaskTimeout(CairnQError, TimeoutError):
-    """wait()/call() gave up; the task itself keeps going."""
+    """wait()/call() gave up; the task itself keeps going.
+
+    `task_id` is the handle to wait again with: the waited task's id, or for
+    wait_by_key() the task the key pointed at, or the key itself when it
+    pointed at nothing (there was no id to report; the protocol's SDKs do the
+    same). `key` is the key for a wait by key, else None. `snapshot` is the
+    last row read, or None when there was none or the database was unreachable
+    at the end (the message then says so).
+    """
 
     def __init__(
         self,
         message: str,
         *,
-        task_id: str | None,
+        task_id: str,
         key: str | None = None,
         snapshot: Any = None,
     ) -> None:

@@ -1,16 +1,32 @@
-"""wait()/call(): poll a task's status until it finishes, with growing intervals."""
+"""wait()/call(): poll a task's status until it finishes, with growing intervals.
+
+A wait outlives a database restart. A probe that fails because the connection
+broke (OperationalError/InterfaceError with the connection found unusable)
+closes that connection and probes again with a backoff of its own, 50 ms
+doubling to the poll ceiling, until the wait's timeout; Django opens a new
+connection on the next query. One warning is logged when an outage begins and
+one info line when the database answers again. The Postgres wakeup listener
+reconnects by itself (wakeup.py), and its sleeps never last longer than the
+poll interval asked for, so a dead LISTEN connection only means plain polling.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from typing import Awaitable, Callable
 
-from django.db import connections
+from django.db import InterfaceError, OperationalError, connections
 
 from .conf import cairnq_settings
 from .errors import CairnQError, TaskCanceled, TaskFailed, TaskTimeout
 from .records import TaskRecord, TaskStatus
+
+logger = logging.getLogger("cairnq_django.wait")
+
+# The first pause after a probe lost the database; it doubles up to the poll ceiling.
+RECONNECT_INITIAL_S = 0.05
 
 # A hook for a push channel (Postgres LISTEN cairnq_done): called with
 # (alias, task_id_or_None, seconds) in place of a plain sleep. Polling stays
@@ -40,6 +56,31 @@ def _refuse_inside_transaction(using: str) -> None:
             "here would also hold the transaction open. Call it after the transaction "
             "commits (for example from transaction.on_commit)."
         )
+
+
+def _drop_if_broken(alias: str) -> bool:
+    """After a connection-class error: close the connection if it broke; say whether it did.
+
+    False means the connection still works, so the error was about the query
+    (SQLite reports a missing table as an OperationalError too) and retrying
+    would not help. Django's close_if_unusable_or_obsolete() cannot tell the
+    two apart under CONN_MAX_AGE=0, where it closes every connection, hence
+    the explicit health check. A wait is never inside an atomic block on this
+    alias (refused up front), so closing cannot cut a caller's transaction short.
+    """
+    conn = connections[alias]
+    try:
+        # None: the connect itself failed. is_usable() runs SELECT 1 on
+        # PostgreSQL; it is only reached after an error.
+        broken = conn.connection is None or not conn.is_usable()
+    except Exception:
+        broken = True
+    if broken:
+        try:
+            conn.close()
+        except Exception:
+            pass
+    return broken
 
 
 def _explain(snapshot: TaskRecord | None, waited_s: float, key: str | None) -> str:
@@ -76,9 +117,66 @@ class _Poll:
         self.started = time.monotonic()
         self.deadline = None if timeout is None else self.started + timeout
         self.probed_id = task_id
+        # Database outages seen by this wait: when the current one began
+        # (None: the last probe worked), their total length, the last error.
+        self.outage_since: float | None = None
+        self.outage_total = 0.0
+        self.last_error: BaseException | None = None
+        self.reconnect_interval = min(RECONNECT_INITIAL_S, self.ceiling)
 
     def check(self) -> TaskRecord | None:
-        """Probe once: the final row, None to keep waiting, or raise."""
+        """Probe once: the final row, None to keep waiting, or raise.
+
+        A probe that lost the database connection counts as "keep waiting"
+        until the deadline, then raises TaskTimeout saying so.
+        """
+        try:
+            task = self._check()
+        except (OperationalError, InterfaceError) as exc:
+            if not _drop_if_broken(self.store.using):
+                raise
+            self._lost(exc)
+            return None
+        if self.outage_since is not None:
+            self._reconnected()
+        return task
+
+    def _subject(self) -> str:
+        return f"key {self.key!r}" if self.key else f"task {self.task_id}"
+
+    def _lost(self, exc: BaseException) -> None:
+        now = time.monotonic()
+        self.last_error = exc
+        if self.outage_since is None:
+            self.outage_since = now
+            self.reconnect_interval = min(RECONNECT_INITIAL_S, self.ceiling)
+            logger.warning(
+                "wait() for %s lost its connection to database %r (%s); reconnecting "
+                "with backoff until its timeout.",
+                self._subject(), self.store.using, str(exc).strip(),
+            )
+        if self.deadline is not None and now >= self.deadline:
+            raise TaskTimeout(
+                f"Timed out after {now - self.started:.1f}s waiting for {self._subject()}: "
+                f"the database {self.store.using!r} was unreachable at the end (for the "
+                f"last {now - self.outage_since:.1f}s; last error: {str(exc).strip()}). "
+                "The task's state is unknown; whatever it is, the wait did not change it.",
+                # The last id the probe saw; for a key that never resolved, the key.
+                task_id=self.probed_id if self.probed_id is not None else self.key,
+                key=self.key,
+                snapshot=None,
+            ) from exc
+
+    def _reconnected(self) -> None:
+        down = time.monotonic() - self.outage_since
+        self.outage_total += down
+        self.outage_since = None
+        logger.info(
+            "wait() for %s reached database %r again after %.1fs.",
+            self._subject(), self.store.using, down,
+        )
+
+    def _check(self) -> TaskRecord | None:
         store, key = self.store, self.key
         probe: TaskStatus | None = (
             store.get_status(self.task_id) if key is None else store.get_status_by_key(key)
@@ -98,9 +196,17 @@ class _Poll:
         now = time.monotonic()
         if self.deadline is not None and now >= self.deadline:
             snapshot = store.get(self.task_id) if key is None else store.get_by_key(key)
+            message = _explain(snapshot, now - self.started, key)
+            if self.outage_total:
+                message += (
+                    f" The database {store.using!r} was unreachable for "
+                    f"{self.outage_total:.1f}s of the wait."
+                )
             raise TaskTimeout(
-                _explain(snapshot, now - self.started, key),
-                task_id=snapshot.id if snapshot else self.task_id,
+                message,
+                # A key that points at nothing has no id to report: the key
+                # stands in for it, as in the protocol's SDKs.
+                task_id=snapshot.id if snapshot else (self.task_id if key is None else key),
                 key=key,
                 snapshot=snapshot,
             )
@@ -108,10 +214,16 @@ class _Poll:
 
     def next_sleep(self) -> float:
         """Seconds to sleep before the next probe; grows the interval for the one after."""
-        sleep_for = self.interval
+        if self.outage_since is not None:
+            # Reconnecting: a backoff of its own, so a short outage is over
+            # in about its own length whatever the poll interval had grown to.
+            sleep_for = self.reconnect_interval
+            self.reconnect_interval = min(self.reconnect_interval * 2, self.ceiling)
+        else:
+            sleep_for = self.interval
+            self.interval = min(self.interval * 1.5, self.ceiling)
         if self.deadline is not None:
             sleep_for = max(0.0, min(sleep_for, self.deadline - time.monotonic()))
-        self.interval = min(self.interval * 1.5, self.ceiling)
         return sleep_for
 
 
