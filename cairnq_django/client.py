@@ -12,7 +12,7 @@ from asgiref.sync import sync_to_async
 from django.db import DEFAULT_DB_ALIAS, transaction
 from django.utils import timezone
 
-from . import waiting
+from . import validators, waiting
 from .backpressure import wait_for_headroom
 from .conf import cairnq_settings, to_ms
 from .records import CONFLICTS, TaskRecord
@@ -40,28 +40,11 @@ class PendingTask:
 
 
 def _delay_ms(delay: timedelta | int | float | None, run_at: datetime | None) -> int:
-    if delay is not None and run_at is not None:
-        raise ValueError("Pass either delay or run_at, not both.")
-    if run_at is not None:
-        if timezone.is_naive(run_at):
-            raise ValueError("run_at must be a timezone-aware datetime.")
-        return max(0, int((run_at - timezone.now()).total_seconds() * 1000))
-    if delay is None:
-        return 0
-    try:
-        ms = to_ms(delay)
-    except TypeError:
-        raise ValueError(
-            f"delay must be a timedelta or a number of milliseconds, not {delay!r}."
-        ) from None
-    if ms < 0:
-        raise ValueError(f"delay must not be negative, got {delay!r}.")
-    return ms
+    return validators.delay_ms(delay, run_at, timezone.now())
 
 
 def _check_key(key: Any) -> None:
-    if key is not None and (not isinstance(key, str) or not key):
-        raise ValueError(f"key must be a non-empty string, got {key!r}.")
+    validators.check_label("key", key, validators.MAX_KEY_LENGTH, optional=True)
 
 
 def enqueue(

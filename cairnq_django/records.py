@@ -77,6 +77,7 @@ class TaskRecord:
         values = {column: row[column] for column in COLUMNS}
         for column in JSON_COLUMNS:
             values[column] = jsoncodec.loads(values[column])
+        values["message"] = jsoncodec.decodes_text(values["message"])
         if values["progress"] is not None:
             values["progress"] = float(values["progress"])
         return cls(**values)
@@ -84,6 +85,15 @@ class TaskRecord:
     @property
     def is_terminal(self) -> bool:
         return is_terminal(self.status)
+
+    @property
+    def undecodable(self) -> dict[str, jsoncodec.Undecodable]:
+        """The JSON columns this process could not decode, by column name."""
+        return {
+            column: value
+            for column in JSON_COLUMNS
+            if isinstance(value := getattr(self, column), jsoncodec.Undecodable)
+        }
 
     @property
     def cancel_requested(self) -> bool:

@@ -38,6 +38,16 @@ from ..records import (
     is_terminal,
 )
 from ..schema import PROTOCOL_VERSION
+from ..jsoncodec import check_text, storable
+from ..validators import (
+    MAX_CORRELATION_ID_LENGTH,
+    MAX_DELAY_MS,
+    MAX_KEY_LENGTH,
+    MAX_NAME_LENGTH,
+    MAX_QUEUE_LENGTH,
+    check_int32,
+    check_label,
+)
 from .dialects import Dialect, dialect_for
 
 try:
@@ -115,10 +125,10 @@ def _result_json(result: Any) -> str | None:
 
 
 def _error_json(error: Any, retryable: bool) -> str:
-    """Encode a failure record; one that is not JSON is cut down to its text fields.
+    """Encode a failure record; one that is not storable JSON is cut down to its text fields.
 
     Raising here would leave the task running until its lease expired, over a
-    detail nobody can store.
+    detail nobody can store (an exception message holding a NUL, say).
     """
     try:
         return jsoncodec.dumps(error, what="error")
@@ -126,9 +136,9 @@ def _error_json(error: Any, retryable: bool) -> str:
         fields = error if isinstance(error, dict) else {}
         return jsoncodec.dumps(
             error_envelope(
-                type=str(fields.get("type", "Error")),
-                code=str(fields.get("code", "handler_error")),
-                message=str(fields.get("message", error if not fields else "")),
+                type=storable(str(fields.get("type", "Error"))),
+                code=storable(str(fields.get("code", "handler_error"))),
+                message=storable(str(fields.get("message", error if not fields else ""))),
                 retryable=bool(retryable),
             )
         )
@@ -154,6 +164,8 @@ class Store:
         self.using = using
         self.dialect: Dialect = dialect_for(connections[using].vendor)
         self._now = self.dialect.now
+        self._row = self.dialect.task_columns()
+        self._row_t = self.dialect.task_columns("t")
 
     # ---------------------------------------------------------------- plumbing
     def _rows(self, sql: str, params: dict | None = None) -> list[dict[str, Any]]:
@@ -222,15 +234,17 @@ class Store:
         root_id: str | None = None,
     ) -> dict[str, Any]:
         """Validate and encode one task for insertion; raises before any write."""
-        if not isinstance(name, str) or not name:
-            raise ValueError(f"Task name must be a non-empty string, got {name!r}.")
-        if not isinstance(queue, str) or not queue:
-            raise ValueError(f"Queue must be a non-empty string, got {queue!r}.")
-        _check_positive("max_attempts", max_attempts)
-        if isinstance(priority, bool) or not isinstance(priority, int):
-            raise ValueError(f"priority must be an integer, got {priority!r}.")
-        if isinstance(delay_ms, bool) or not isinstance(delay_ms, int) or delay_ms < 0:
-            raise ValueError(f"delay_ms must be an integer >= 0, got {delay_ms!r}.")
+        check_label("Task name", name, MAX_NAME_LENGTH)
+        check_label("Queue", queue, MAX_QUEUE_LENGTH)
+        check_label("correlation_id", correlation_id, MAX_CORRELATION_ID_LENGTH, optional=True)
+        check_label("parent_id", parent_id, MAX_CORRELATION_ID_LENGTH, optional=True)
+        check_label("root_id", root_id, MAX_CORRELATION_ID_LENGTH, optional=True)
+        check_int32("max_attempts", max_attempts, minimum=1)
+        check_int32("priority", priority)
+        if isinstance(delay_ms, bool) or not isinstance(delay_ms, int) or not (
+            0 <= delay_ms <= MAX_DELAY_MS
+        ):
+            raise ValueError(f"delay_ms must be an integer from 0 to {MAX_DELAY_MS}, got {delay_ms!r}.")
         if metadata is not None and not isinstance(metadata, dict):
             raise ValueError(f"metadata must be a dict, got {type(metadata).__name__}.")
         task_id = new_task_id()
@@ -369,8 +383,7 @@ class Store:
             raise ValueError(
                 f"Unknown conflict strategy {conflict!r}; use one of {', '.join(CONFLICTS)}."
             )
-        if key is not None and (not isinstance(key, str) or not key):
-            raise ValueError(f"key must be a non-empty string, got {key!r}.")
+        check_label("key", key, MAX_KEY_LENGTH, optional=True)
         spec = self.prepare(
             name, payload, queue=queue, max_attempts=max_attempts, priority=priority,
             metadata=metadata, correlation_id=correlation_id, delay_ms=delay_ms,
@@ -390,8 +403,8 @@ class Store:
     def _submit_keyed(self, spec: dict[str, Any], key: str, conflict: str) -> TaskRecord:
         self._lock_key(key)
         current = self._task(
-            "SELECT t.* FROM cairnq_task_keys k JOIN cairnq_tasks t ON t.id = k.task_id"
-            " WHERE k.key = %(key)s",
+            f"SELECT {self._row_t} FROM cairnq_task_keys k JOIN cairnq_tasks t"
+            " ON t.id = k.task_id WHERE k.key = %(key)s",
             {"key": key},
         )
         # A purged task takes its key row with it (ON DELETE CASCADE), so
@@ -444,12 +457,14 @@ class Store:
 
     # ------------------------------------------------------------------- reads
     def get(self, task_id: str) -> TaskRecord | None:
-        return self._task("SELECT * FROM cairnq_tasks WHERE id = %(id)s", {"id": task_id})
+        return self._task(
+            f"SELECT {self._row} FROM cairnq_tasks WHERE id = %(id)s", {"id": task_id}
+        )
 
     def get_by_key(self, key: str) -> TaskRecord | None:
         return self._task(
-            "SELECT t.* FROM cairnq_task_keys k JOIN cairnq_tasks t ON t.id = k.task_id"
-            " WHERE k.key = %(key)s",
+            f"SELECT {self._row_t} FROM cairnq_task_keys k JOIN cairnq_tasks t"
+            " ON t.id = k.task_id WHERE k.key = %(key)s",
             {"key": key},
         )
 
@@ -491,7 +506,7 @@ class Store:
                 params[column] = value
         clause = f" WHERE {' AND '.join(where)}" if where else ""
         return self._tasks(
-            f"SELECT * FROM cairnq_tasks{clause}"
+            f"SELECT {self._row} FROM cairnq_tasks{clause}"
             " ORDER BY created_at_ms DESC, id DESC LIMIT %(limit)s OFFSET %(offset)s",
             params,
         )
@@ -533,7 +548,7 @@ class Store:
             " ELSE cancel_requested_at_ms END,"
             f" completed_at_ms = CASE WHEN status = 'queued' THEN {now} ELSE completed_at_ms END,"
             f" updated_at_ms = {now}"
-            " WHERE id = %(id)s AND status IN ('queued', 'running') RETURNING *",
+            f" WHERE id = %(id)s AND status IN ('queued', 'running') RETURNING {self._row}",
             {"id": task_id},
         )
 
@@ -545,7 +560,7 @@ class Store:
             " completed_at_ms = NULL, progress = NULL, message = NULL,"
             " attempt = CASE WHEN %(reset)s THEN 0 ELSE attempt END,"
             f" updated_at_ms = {now}"
-            " WHERE id = %(id)s AND status IN ('failed', 'canceled') RETURNING *",
+            f" WHERE id = %(id)s AND status IN ('failed', 'canceled') RETURNING {self._row}",
             {"id": task_id, "reset": bool(reset_attempt)},
         )
 
@@ -647,7 +662,7 @@ class Store:
 
     def recover_leases(self) -> list[TaskRecord]:
         """Settle every task whose lease expired; run inside the claim transaction."""
-        return self._tasks(self._recover_sql() + " RETURNING *", {"lease_error": _LEASE_EXPIRED})
+        return self._tasks(self._recover_sql() + f" RETURNING {self._row}", {"lease_error": _LEASE_EXPIRED})
 
     def _recover_sql(self) -> str:
         now = self._now
@@ -686,7 +701,7 @@ class Store:
             " WHERE id IN (SELECT id FROM cairnq_tasks"
             f" WHERE {' AND '.join(where)}"
             " ORDER BY priority DESC, run_at_ms ASC, id ASC LIMIT %(limit)s"
-            f"{self.dialect.skip_locked}) RETURNING *"
+            f"{self.dialect.skip_locked}) RETURNING {self._row}"
         )
 
     def claim(
@@ -771,7 +786,7 @@ class Store:
         task = self._task(
             f"UPDATE cairnq_tasks SET {set_clause}, updated_at_ms = {self._now}"
             " WHERE id = %(id)s AND status = 'running' AND worker_id = %(worker_id)s"
-            f" AND lease_until_ms > {self._now} RETURNING *",
+            f" AND lease_until_ms > {self._now} RETURNING {self._row}",
             params,
         )
         if task is None:
@@ -817,6 +832,10 @@ class Store:
             ):
                 raise ValueError(f"progress must be a number from 0 to 1, got {progress!r}.")
             progress = float(progress)
+        if message is not None:
+            if not isinstance(message, str):
+                raise ValueError(f"message must be a string, got {message!r}.")
+            check_text(message, what="progress message")
         return self._owned(
             "progress = COALESCE(%(progress)s, progress), message = COALESCE(%(message)s, message)",
             task_id, worker_id, {"progress": progress, "message": message},
@@ -890,7 +909,7 @@ class Store:
             " FROM (SELECT column1 AS task_id, column2 AS owner, column3 AS result_json"
             f" FROM (VALUES {', '.join(values)})) AS u"
             " WHERE id = u.task_id AND status = 'running' AND worker_id = u.owner"
-            f" AND lease_until_ms > {self._now} RETURNING *",
+            f" AND lease_until_ms > {self._now} RETURNING {self._row}",
             params,
         )
 
@@ -907,7 +926,7 @@ class Store:
             " unnest(%(ids)s::text[], %(owners)s::text[], %(results)s::text[])"
             " AS u(task_id, owner, result_json)"
             " WHERE id = u.task_id AND status = 'running' AND worker_id = u.owner"
-            " AND lease_until_ms > c.now RETURNING cairnq_tasks.*",
+            f" AND lease_until_ms > c.now RETURNING {self.dialect.task_columns('cairnq_tasks')}",
             {"ids": ids, "owners": owners, "results": results},
         )
 

@@ -35,6 +35,7 @@ from .context import TaskContext
 from .envelopes import shutdown_envelope, timeout_envelope
 from .execution import Call, Execution
 from .heartbeat import Heartbeat
+from .poison import fail_undecodable
 from .pools import EventLoopThread, HandlerThreads
 from .registry import Registration, Registry, autodiscover
 from .registry import registry as default_registry
@@ -365,13 +366,17 @@ class Worker:
                 sum(row.name in names for row in rows) >= limit for names, limit in draws
             )
             pending = [s for s in pending if s not in drawn]
-            calls = self._split(rows)
+            calls = self._split(fail_undecodable(rows, self._fail_unrun, self.report))
             for call in calls:
                 self._dispatch(call)
             started += len(calls)
             free -= len(calls)
         self._work_likely = filled
         return started
+
+    def _fail_unrun(self, task: TaskRecord, envelope: dict[str, Any]) -> None:
+        with self._write_gate:
+            self.store.fail(task.id, self.worker_id, envelope, retryable=False)
 
     def _headroom(self, source: _Source) -> int:
         if source.concurrency is None:

@@ -1,0 +1,92 @@
+"""Checks on the values a task is written with, identical for SQLite and PostgreSQL.
+
+Each refuses before anything is written, with a message naming the argument, so
+a value one database would store and the other reject (a NUL, a 64-bit
+priority) is refused by both.
+"""
+
+from __future__ import annotations
+
+import math
+from datetime import datetime, timedelta
+from typing import Any
+
+from .jsoncodec import check_text
+
+# The protocol's integer columns (priority, attempt, max_attempts) are 32-bit.
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
+
+# Text that is part of an index entry. PostgreSQL refuses a B-tree entry over
+# about 2,700 bytes, and a name and a queue share the claim index; at 4 bytes a
+# character in the worst case, these keep every entry under that on both
+# databases rather than failing on one of them at insert time.
+MAX_NAME_LENGTH = 255
+MAX_QUEUE_LENGTH = 255
+MAX_KEY_LENGTH = 512
+MAX_CORRELATION_ID_LENGTH = 255
+
+# A run time must stay an exact integer for every peer, JavaScript's Number
+# included (2**53); 2**52 ms from now is about 140,000 years.
+MAX_DELAY_MS = 2**52
+
+
+def check_label(argument: str, value: Any, max_length: int, *, optional: bool = False) -> None:
+    """A name, queue, key or correlation id: a non-empty str of storable characters."""
+    if value is None and optional:
+        return
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{argument} must be a non-empty string, got {value!r}.")
+    if len(value) > max_length:
+        raise ValueError(
+            f"{argument} must be at most {max_length} characters, got {len(value)}: "
+            f"{value[:40]!r}..."
+        )
+    try:
+        check_text(value, what=argument)
+    except ValueError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def check_int32(argument: str, value: Any, *, minimum: int = INT32_MIN) -> None:
+    """An integer (not a bool or float) that fits the protocol's 32-bit columns.
+
+    ValueError throughout, type mistakes included, as enqueue() always raised.
+    """
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ValueError(f"{argument} must be an integer, got {value!r}.")
+    if not minimum <= value <= INT32_MAX:
+        raise ValueError(f"{argument} must be from {minimum} to {INT32_MAX}, got {value!r}.")
+
+
+def delay_ms(delay: timedelta | int | float | None, run_at: datetime | None, now: datetime) -> int:
+    """The delay before a task is due, from enqueue()'s `delay` or `run_at`."""
+    if delay is not None and run_at is not None:
+        raise ValueError("Pass either delay or run_at, not both.")
+    if run_at is not None:
+        if not isinstance(run_at, datetime):
+            raise ValueError(f"run_at must be a timezone-aware datetime, got {run_at!r}.")
+        if run_at.tzinfo is None or run_at.utcoffset() is None:
+            raise ValueError("run_at must be a timezone-aware datetime.")
+        return _bounded("run_at", max(0.0, (run_at - now).total_seconds() * 1000), run_at)
+    if delay is None:
+        return 0
+    if isinstance(delay, timedelta):
+        ms: float = delay.total_seconds() * 1000
+    elif isinstance(delay, (int, float)) and not isinstance(delay, bool):
+        ms = delay
+    else:
+        raise ValueError(f"delay must be a timedelta or a number of milliseconds, not {delay!r}.")
+    if isinstance(ms, float) and not math.isfinite(ms):
+        raise ValueError(f"delay must be a finite number of milliseconds, got {delay!r}.")
+    if ms < 0:
+        raise ValueError(f"delay must not be negative, got {delay!r}.")
+    return _bounded("delay", ms, delay)
+
+
+def _bounded(argument: str, ms: float, given: Any) -> int:
+    if ms > MAX_DELAY_MS:
+        raise ValueError(
+            f"{argument} is too far in the future ({given!r}); the most is {MAX_DELAY_MS} ms "
+            "from now."
+        )
+    return int(ms)
