@@ -4,8 +4,9 @@ A wait outlives a database restart. A probe that fails because the connection
 broke (OperationalError/InterfaceError with the connection found unusable)
 closes that connection and probes again with a backoff of its own, 50 ms
 doubling to the poll ceiling, until the wait's timeout; Django opens a new
-connection on the next query. One warning is logged when an outage begins and
-one info line when the database answers again. The Postgres wakeup listener
+connection on the next query. The process logs one warning when an outage of
+a database begins (however many waits notice it, however often they retry)
+and one info line when a wait reaches it again. The Postgres wakeup listener
 reconnects by itself (wakeup.py), and its sleeps never last longer than the
 poll interval asked for, so a dead LISTEN connection only means plain polling.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from typing import Awaitable, Callable
 
@@ -27,6 +29,35 @@ logger = logging.getLogger("cairnq_django.wait")
 
 # The first pause after a probe lost the database; it doubles up to the poll ceiling.
 RECONNECT_INITIAL_S = 0.05
+
+# alias -> when some wait of this process first found it unreachable; cleared
+# by the next probe that works. Keeps the log at one warning per outage.
+_down_since: dict[str, float] = {}
+_down_lock = threading.Lock()
+
+
+def _note_down(alias: str, subject: str, exc: BaseException) -> None:
+    with _down_lock:
+        if alias in _down_since:
+            return
+        _down_since[alias] = time.monotonic()
+    logger.warning(
+        "wait() for %s lost its connection to database %r (%s); waits reconnect "
+        "with backoff until their timeouts.",
+        subject, alias, str(exc).strip(),
+    )
+
+
+def _note_up(alias: str, subject: str) -> None:
+    with _down_lock:
+        since = _down_since.pop(alias, None)
+    if since is not None:
+        logger.info(
+            "wait() for %s reached database %r again, %.1fs after it was first found "
+            "unreachable.",
+            subject, alias, time.monotonic() - since,
+        )
+
 
 # A hook for a push channel (Postgres LISTEN cairnq_done): called with
 # (alias, task_id_or_None, seconds) in place of a plain sleep. Polling stays
@@ -118,10 +149,9 @@ class _Poll:
         self.deadline = None if timeout is None else self.started + timeout
         self.probed_id = task_id
         # Database outages seen by this wait: when the current one began
-        # (None: the last probe worked), their total length, the last error.
+        # (None: the last probe worked) and their total length so far.
         self.outage_since: float | None = None
         self.outage_total = 0.0
-        self.last_error: BaseException | None = None
         self.reconnect_interval = min(RECONNECT_INITIAL_S, self.ceiling)
 
     def check(self) -> TaskRecord | None:
@@ -138,7 +168,11 @@ class _Poll:
             self._lost(exc)
             return None
         if self.outage_since is not None:
-            self._reconnected()
+            self.outage_total += time.monotonic() - self.outage_since
+            self.outage_since = None
+        if self.store.using in _down_since:
+            # The first working probe after an outage, whichever wait's it is.
+            _note_up(self.store.using, self._subject())
         return task
 
     def _subject(self) -> str:
@@ -146,15 +180,10 @@ class _Poll:
 
     def _lost(self, exc: BaseException) -> None:
         now = time.monotonic()
-        self.last_error = exc
         if self.outage_since is None:
             self.outage_since = now
             self.reconnect_interval = min(RECONNECT_INITIAL_S, self.ceiling)
-            logger.warning(
-                "wait() for %s lost its connection to database %r (%s); reconnecting "
-                "with backoff until its timeout.",
-                self._subject(), self.store.using, str(exc).strip(),
-            )
+            _note_down(self.store.using, self._subject(), exc)
         if self.deadline is not None and now >= self.deadline:
             raise TaskTimeout(
                 f"Timed out after {now - self.started:.1f}s waiting for {self._subject()}: "
@@ -166,15 +195,6 @@ class _Poll:
                 key=self.key,
                 snapshot=None,
             ) from exc
-
-    def _reconnected(self) -> None:
-        down = time.monotonic() - self.outage_since
-        self.outage_total += down
-        self.outage_since = None
-        logger.info(
-            "wait() for %s reached database %r again after %.1fs.",
-            self._subject(), self.store.using, down,
-        )
 
     def _check(self) -> TaskRecord | None:
         store, key = self.store, self.key

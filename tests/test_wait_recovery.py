@@ -56,6 +56,14 @@ class Outage:
         self.active = False
 
 
+@pytest.fixture(autouse=True)
+def no_outage_on_record():
+    """Each test starts with no database marked unreachable (process-wide state)."""
+    waiting._down_since.clear()
+    yield
+    waiting._down_since.clear()
+
+
 @pytest.fixture
 def outage(live_store, tmp_path):
     # The wakeup copies the connection settings when it is built: build it
@@ -155,6 +163,28 @@ def test_timeout_while_unreachable_says_so(outage, caplog):
     assert isinstance(error.__cause__, OperationalError)
     assert calls["n"] >= 3  # it kept retrying
     assert len(wait_warnings(caplog)) == 1  # and said so once
+
+
+def test_one_warning_per_outage_however_many_waits_notice_it(outage, caplog):
+    task = cairnq_django.enqueue("echo")
+    with caplog.at_level(logging.INFO, logger=WAIT_LOGGER):
+        with sleeper(lambda n: outage.begin() if n == 1 else None):
+            with pytest.raises(TaskTimeout):
+                cairnq_django.wait(task.id, timeout=0.3, poll_initial=10)
+        # The same outage, seen by the next waits from their first probe.
+        for _ in range(2):
+            with pytest.raises(TaskTimeout, match="unreachable"):
+                cairnq_django.wait(task.id, timeout=0.2, poll_initial=10)
+        assert len(wait_warnings(caplog)) == 1
+        outage.end()
+        with pytest.raises(TaskTimeout, match="still queued"):
+            cairnq_django.wait(task.id, timeout=0.1, poll_initial=10)
+        assert any("again" in r.getMessage() for r in caplog.records if r.name == WAIT_LOGGER)
+        # A new outage is a new warning.
+        with sleeper(lambda n: outage.begin() if n == 1 else None):
+            with pytest.raises(TaskTimeout):
+                cairnq_django.wait(task.id, timeout=0.3, poll_initial=10)
+    assert len(wait_warnings(caplog)) == 2
 
 
 def test_timeout_after_an_outage_tells_how_long_it_lasted(outage):
