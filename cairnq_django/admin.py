@@ -5,6 +5,11 @@ admin_actions.py), and every query is shaped for a table of millions of rows:
 the list is ordered newest first along an index (the primary key, a ULID; the
 rowid on SQLite), page counts are bounded (see BoundedCountPaginator), filter choices come from
 index skip-scans, and search is by exact value on indexed columns.
+
+Rows come from foreign writers too, so nothing here trusts a JSON column to
+decode: the list never reads payload, metadata, result, error or message, and
+the task page reads them as raw text (see raw_column) and shows what does not
+decode as escaped text with a note.
 """
 
 from __future__ import annotations
@@ -14,10 +19,12 @@ import json
 from django.contrib import admin
 from django.contrib.admin.views.main import ChangeList
 from django.contrib.auth import get_permission_codename
+from django.core.exceptions import ValidationError
 from django.core.paginator import Paginator
 from django.db import connections
-from django.db.models import Q
+from django.db.models import BinaryField, Q, TextField
 from django.db.models.expressions import RawSQL
+from django.db.models.functions import Cast
 from django.urls import path, reverse
 from django.utils.functional import cached_property
 from django.utils.html import format_html, format_html_join
@@ -33,13 +40,73 @@ from .records import TERMINAL_STATUSES
 
 CHILDREN_SHOWN = 20
 
+# Columns a foreign writer fills with free text: the list never selects them,
+# and the task page reads them through raw_column.
+RAW_COLUMNS = ("payload", "metadata", "result", "error", "message")
 
-def _json_block(value) -> str:
-    if value is None:
+
+def raw_column(column: str, vendor: str):
+    """A column as text the driver can always fetch: bytes on SQLite, text on PostgreSQL.
+
+    Python's sqlite3 decodes TEXT while fetching, and one value that is not
+    UTF-8 fails the whole query; a BLOB comes back as bytes. PostgreSQL text is
+    always valid, and jsonb::text prints any jsonb, however deep.
+    """
+    return Cast(column, BinaryField() if vendor == "sqlite" else TextField())
+
+
+def _raw_attr(column: str) -> str:
+    return f"cq_raw_{column}"
+
+
+def _decode_raw(raw) -> tuple[str | None, str | None]:
+    """Return (text, note): the raw value as text, and why it is not valid if it is not."""
+    if raw is None:
+        return None, None
+    if isinstance(raw, memoryview):
+        raw = bytes(raw)
+    if isinstance(raw, (bytes, bytearray)):
+        try:
+            return bytes(raw).decode(), None
+        except UnicodeDecodeError:
+            return bytes(raw).decode(errors="replace"), _(
+                "The stored text is not valid UTF-8; undecodable bytes are shown as U+FFFD."
+            )
+    return str(raw), None
+
+
+def _pretty_json(text: str) -> str | None:
+    """Pretty-print JSON text, or None if Python's decoder (or encoder) refuses it."""
+    try:
+        value = json.loads(text)
+        pretty = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False)
+    except (ValueError, RecursionError):
+        return None
+    try:
+        pretty.encode()
+    except UnicodeEncodeError:
+        # A string holding an unpaired surrogate: valid JSON, but not writable
+        # as UTF-8, so spell it with escapes.
+        pretty = json.dumps(value, indent=2, sort_keys=True)
+    return pretty
+
+
+def _json_block(raw) -> str:
+    """Render a JSON column read through raw_column; never raises on what the row holds."""
+    text, note = _decode_raw(raw)
+    if text is None:
         return "-"
-    text = json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False, default=str)
+    pretty = None if note else _pretty_json(text)
     # format_html escapes the text, so a payload cannot inject markup.
-    return format_html('<pre class="cq-json">{}</pre>', text)
+    if pretty is not None:
+        return format_html('<pre class="cq-json">{}</pre>', pretty)
+    return format_html(
+        '<p class="help cq-json-invalid">{} {}</p><pre class="cq-json cq-json-raw">{}</pre>',
+        _("This is not valid JSON to Python's decoder (malformed, or nested too deeply);"
+          " shown as stored."),
+        note or "",
+        text,
+    )
 
 
 class BoundedCountPaginator(Paginator):
@@ -187,7 +254,7 @@ class TaskAdmin(admin.ModelAdmin):
         "attempts",
         "worker_id",
         "progress_bar",
-        "message",
+        "message_text",
         "created_at",
         "run_at",
         "updated",
@@ -207,7 +274,7 @@ class TaskAdmin(admin.ModelAdmin):
     fieldsets = (
         (None, {"fields": (
             "id", "name", "queue", "status_badge", "keys_list", "priority", "attempts",
-            "worker_id", "progress_bar", "message",
+            "worker_id", "progress_bar", "message_text",
         )}),
         (_("Times"), {"fields": (
             "created_at", "run_at", "updated", "lease_until", "cancel_requested_at", "completed",
@@ -227,7 +294,37 @@ class TaskAdmin(admin.ModelAdmin):
         return cairnq_settings.DATABASE
 
     def get_queryset(self, request):
-        return super().get_queryset(request).using(self.using)
+        # The list shows none of the free-text columns, and on SQLite merely
+        # selecting one that is not UTF-8 fails the page; get_object reads them.
+        return super().get_queryset(request).using(self.using).defer(*RAW_COLUMNS)
+
+    def _with_raw_columns(self, queryset):
+        vendor = connections[self.using].vendor
+        return queryset.annotate(
+            **{_raw_attr(column): raw_column(column, vendor) for column in RAW_COLUMNS}
+        )
+
+    def get_object(self, request, object_id, from_field=None):
+        """The task with its free-text columns read raw."""
+        field = self.opts.pk if from_field is None else self.opts.get_field(from_field)
+        queryset = self._with_raw_columns(self.get_queryset(request))
+        try:
+            return queryset.get(**{field.name: field.to_python(object_id)})
+        except (Task.DoesNotExist, ValidationError, ValueError):
+            return None
+
+    def _raw(self, task, column: str):
+        """A free-text column of `task` as raw_column reads it (fetched if get_object did not)."""
+        attr = _raw_attr(column)
+        if not hasattr(task, attr):
+            values = (
+                self._with_raw_columns(Task.objects.using(self.using).filter(pk=task.pk))
+                .values(*(_raw_attr(c) for c in RAW_COLUMNS))
+                .first()
+            ) or {}
+            for name in (_raw_attr(c) for c in RAW_COLUMNS):
+                setattr(task, name, values.get(name))
+        return getattr(task, attr)
 
     def get_ordering(self, request):
         if connections[self.using].vendor == "sqlite":
@@ -432,18 +529,23 @@ class TaskAdmin(admin.ModelAdmin):
             task.correlation_id,
         )
 
+    @admin.display(description=_("message"))
+    def message_text(self, task):
+        text, _note = _decode_raw(self._raw(task, "message"))
+        return "-" if text is None else text
+
     @admin.display(description=_("payload"))
     def payload_json(self, task):
-        return _json_block(task.payload)
+        return _json_block(self._raw(task, "payload"))
 
     @admin.display(description=_("metadata"))
     def metadata_json(self, task):
-        return _json_block(task.metadata)
+        return _json_block(self._raw(task, "metadata"))
 
     @admin.display(description=_("result"))
     def result_json(self, task):
-        return _json_block(task.result)
+        return _json_block(self._raw(task, "result"))
 
     @admin.display(description=_("error"))
     def error_json(self, task):
-        return _json_block(task.error)
+        return _json_block(self._raw(task, "error"))
