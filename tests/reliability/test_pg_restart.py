@@ -284,3 +284,12 @@ def test_restart_loses_no_enqueue_and_every_client_recovers(cluster, tmp_path):
             worker.stop()
         if query_conn is not None:
             query_conn.close()
+
+
+def test_missing_binaries_are_a_clear_skip_reason(monkeypatch):
+    """Where Debian's PostgreSQL binaries are absent, the restart test skips saying so."""
+    from tests.reliability import pgcluster
+
+    monkeypatch.setattr(pgcluster.glob, "glob", lambda pattern: [])
+    assert pgcluster.find_bindir() is None
+    assert unavailable().startswith("pg binaries missing")
