@@ -167,13 +167,16 @@ class _Poll:
                 raise
             self._lost(exc)
             return None
+        return task
+
+    def _answered(self) -> None:
+        """The database answered a probe: end this wait's outage, if any."""
         if self.outage_since is not None:
             self.outage_total += time.monotonic() - self.outage_since
             self.outage_since = None
         if self.store.using in _down_since:
             # The first working probe after an outage, whichever wait's it is.
             _note_up(self.store.using, self._subject())
-        return task
 
     def _subject(self) -> str:
         return f"key {self.key!r}" if self.key else f"task {self.task_id}"
@@ -201,6 +204,9 @@ class _Poll:
         probe: TaskStatus | None = (
             store.get_status(self.task_id) if key is None else store.get_status_by_key(key)
         )
+        # Before anything can raise: a TaskFailed or a timeout found on the
+        # first probe after an outage still ends it.
+        self._answered()
         if probe is not None:
             self.probed_id = probe.id
         if probe is not None and probe.is_terminal:

@@ -187,6 +187,31 @@ def test_one_warning_per_outage_however_many_waits_notice_it(outage, caplog):
     assert len(wait_warnings(caplog)) == 2
 
 
+def test_a_failure_found_right_after_an_outage_still_ends_it(outage, caplog):
+    """The first probe after the outage raises TaskFailed; the next outage warns again."""
+    from cairnq_django import TaskFailed
+
+    task = cairnq_django.enqueue("bounce")
+    other = cairnq_django.enqueue("nobody_handles_this", queue="elsewhere")
+
+    def plan(n):
+        if n == 1:
+            outage.begin()
+        elif n == 3:
+            outage.end()
+            get_store().claim(queues=["default"], worker_id="w")
+            get_store().fail(task.id, "w", "it bounced", retryable=False)
+
+    with caplog.at_level(logging.INFO, logger=WAIT_LOGGER):
+        with sleeper(plan), pytest.raises(TaskFailed):
+            cairnq_django.wait(task.id, timeout=60, poll_max=50)
+        assert waiting._down_since == {}
+        with sleeper(lambda n: outage.begin() if n == 1 else None):
+            with pytest.raises(TaskTimeout, match="unreachable"):
+                cairnq_django.wait(other.id, timeout=0.3, poll_initial=10)
+    assert len(wait_warnings(caplog)) == 2
+
+
 def test_timeout_after_an_outage_tells_how_long_it_lasted(outage):
     task = cairnq_django.enqueue("nobody_handles_this")
 
