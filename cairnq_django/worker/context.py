@@ -68,6 +68,11 @@ class TaskContext:
         # abandoning an attempt and the handler settling it cannot interleave.
         self._lock = threading.RLock()
         self._lost = threading.Event()
+        # Guards `settled` and `_settling` only, and is never held across a
+        # database call: the heartbeat asks it whether a task missing from its
+        # answer is being settled here, and must not wait behind a write.
+        self._state_lock = threading.Lock()
+        self._settling = False
         self._cancel_seen = False
         self._cancel_read_at = 0.0
         self.settled = False
@@ -144,6 +149,33 @@ class TaskContext:
     def mark_lost_lease(self) -> None:
         self._lost.set()
 
+    def settled_or_settling(self) -> bool:
+        """True once a settling write of this attempt has started (or finished).
+
+        A task whose settling write committed is no longer `running`, so a
+        heartbeat renewing it finds it gone; that is not a lost lease. The
+        flag is raised before the write is sent and dropped only if the write
+        fails, so whoever sees the row gone because of that write sees this.
+        """
+        with self._state_lock:
+            return self.settled or self._settling
+
+    def mark_lost_unless_settling(self) -> bool:
+        """Flag the lease lost unless a settle is under way; return whether flagged."""
+        with self._state_lock:
+            if self.settled or self._settling:
+                return False
+            self._lost.set()
+            return True
+
+    def _begin_settling(self) -> None:
+        with self._state_lock:
+            self._settling = True
+
+    def _abort_settling(self) -> None:
+        with self._state_lock:
+            self._settling = False
+
     def observe_cancel(self, cancel_requested: bool) -> None:
         if cancel_requested:
             self._cancel_seen = True
@@ -152,20 +184,37 @@ class TaskContext:
         if self._lost.is_set():
             raise LostLease(self.task_id)
 
-    def _owned(self, write: Callable[[], TaskRecord]) -> TaskRecord:
+    def _owned(self, write: Callable[[], TaskRecord], *, settling: bool = False) -> TaskRecord:
+        """Run an ownership-checked write; `settling` marks one that ends the attempt.
+
+        A settling write leaves the attempt settling until `_settle` records
+        its row (the caller's job, under `_lock`), or until it raises.
+        """
         with self._lock:
             self._require_lease()
             if self.settled:
                 # Already finished through this context: the row is terminal,
                 # and reporting that as a lost lease would be misleading.
                 raise LostLease(self.task_id)
+            if settling:
+                self._begin_settling()
             try:
                 row = write()
             except LostLease:
                 self._lost.set()
+                if settling:
+                    self._abort_settling()
+                raise
+            except BaseException:
+                if settling:
+                    self._abort_settling()
                 raise
             self.observe_cancel(row.cancel_requested)
             return row
+
+    def _owned_settle(self, write: Callable[[], TaskRecord]) -> TaskRecord:
+        """`_owned` for a write that ends the attempt (completion or failure)."""
+        return self._owned(write, settling=True)
 
     # ------------------------------------------------------------ reporting
     def progress(self, value: float | None, message: str | None = None) -> TaskRecord:
@@ -202,7 +251,9 @@ class TaskContext:
         with self._lock:
             if self.settled:
                 return None
-            row = self._owned(lambda: self._store.complete(self.task_id, self._worker_id, result))
+            row = self._owned_settle(
+                lambda: self._store.complete(self.task_id, self._worker_id, result)
+            )
             self._settle(row)
             return row
 
@@ -222,7 +273,7 @@ class TaskContext:
 
     def _fail_owned(self, envelope: dict[str, Any], retryable: bool) -> TaskRecord:
         delay = self.retry_delay_ms() if retryable else 0
-        row = self._owned(
+        row = self._owned_settle(
             lambda: self._store.fail(
                 self.task_id, self._worker_id, envelope, retryable=retryable, delay_ms=delay
             )
@@ -236,8 +287,10 @@ class TaskContext:
         return retry_delay_ms(self.attempt, base_ms=base, cap_ms=cap)
 
     def _settle(self, row: TaskRecord) -> None:
-        self.settled = True
         self.final = row
+        with self._state_lock:
+            self.settled = True
+            self._settling = False
 
     @contextmanager
     def atomic(self, result: Any = None) -> Iterator[AtomicCompletion]:
@@ -255,11 +308,17 @@ class TaskContext:
                 raise LostLease(self.task_id)
         self._require_lease()
         completion = AtomicCompletion(result)
-        with transaction.atomic(using=self._store.using):
-            yield completion
-            row = self._owned(
-                lambda: self._store.complete(self.task_id, self._worker_id, completion.result)
-            )
+        try:
+            with transaction.atomic(using=self._store.using):
+                yield completion
+                # Settling from here: once the commit below lands, a heartbeat
+                # finds the row finished before `_settle` records it.
+                row = self._owned_settle(
+                    lambda: self._store.complete(self.task_id, self._worker_id, completion.result)
+                )
+        except BaseException:
+            self._abort_settling()
+            raise
         # Marked settled only once committed: a failed commit leaves the task
         # to the worker (or to lease recovery), never silently "done".
         with self._lock:

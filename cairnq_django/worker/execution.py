@@ -209,7 +209,7 @@ class Execution:
                 return
             try:
                 row = self._retrying(
-                    lambda: ctx._owned(
+                    lambda: ctx._owned_settle(
                         lambda: self.write_completion(ctx.task_id, ctx.worker_id, value)
                     )
                 )

@@ -6,6 +6,11 @@ C extension that computes without releasing it, or far more busy threads than
 CPUs, keeps this thread from waking on time. A beat that comes more than one
 interval late is therefore reported, because a beat later than the lease lets
 another worker recover the task and run it a second time.
+
+A task missing from a beat's answer has lost its lease, unless this worker is
+settling it: a completion that committed while the beat was in flight also
+takes the row out of `running`. The context's settling flag, raised before
+that write is sent, tells the two apart.
 """
 
 from __future__ import annotations
@@ -93,9 +98,8 @@ class Heartbeat(threading.Thread):
         for ctx in live:
             if ctx.task_id in held:
                 ctx.observe_cancel(held[ctx.task_id])
-            elif not ctx.settled:
-                # Settled while the beat was in flight is not a loss; re-check.
-                ctx.mark_lost_lease()
+            elif ctx.mark_lost_unless_settling():
+                # Not settled or being settled here: another worker has it.
                 logger.warning(
                     "Task %s %s lost its lease (another worker recovered it, or it was "
                     "finished elsewhere); this attempt will write nothing more.",

@@ -1,0 +1,193 @@
+"""The heartbeat against a real database: settling races.
+
+The race tests drive a Heartbeat and a settling write directly, holding the
+settling thread at the point where its write has committed but the context
+does not yet know it, then beat. That moment used to be reported as a lost
+lease for a task that had just succeeded.
+"""
+
+import logging
+import threading
+
+import pytest
+from django.db import connections, transaction
+
+from cairnq_django import enqueue, get
+from cairnq_django.worker import TaskContext
+from cairnq_django.worker.execution import Call, Execution
+from cairnq_django.worker.heartbeat import Heartbeat
+from cairnq_django.worker.registry import Registration
+
+LEASE_MS = 30_000
+WORKER = "worker_heartbeat_test"
+
+
+@pytest.fixture
+def claimed(live_store):
+    """A task claimed by WORKER, and its context."""
+    enqueue("hb.task", {"n": 1})
+    [row] = live_store.claim(queues=["default"], worker_id=WORKER, lease_ms=LEASE_MS)
+    return TaskContext(store=live_store, task=row, worker_id=WORKER, lease_ms=LEASE_MS)
+
+
+def heartbeat_for(store, ctx, errors):
+    return Heartbeat(
+        store=store, worker_id=WORKER, lease_ms=LEASE_MS, in_flight=lambda: [ctx],
+        report=lambda exc, **context: errors.append((exc, context)),
+    )
+
+
+class Pause:
+    """Hold a thread at one point until the test lets it go on."""
+
+    def __init__(self):
+        self.reached = threading.Event()
+        self.go_on = threading.Event()
+
+    def __call__(self):
+        self.reached.set()
+        assert self.go_on.wait(30), "the test never released the paused thread"
+
+
+def in_thread(fn):
+    """Run fn on a thread with its own connection; return (thread, outcome dict)."""
+    outcome = {}
+
+    def run():
+        try:
+            outcome["value"] = fn()
+        except BaseException as exc:  # reported to the test through `outcome`
+            outcome["error"] = exc
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread, outcome
+
+
+def beat_inside_the_window(store, ctx, pause, thread, caplog):
+    """Beat while the settling thread waits right after its commit; let it finish."""
+    errors = []
+    assert pause.reached.wait(30), "the settling write never committed"
+    try:
+        with caplog.at_level(logging.WARNING, logger="cairnq_django.worker"):
+            heartbeat_for(store, ctx, errors).beat()
+    finally:
+        pause.go_on.set()
+        thread.join(30)
+    assert not thread.is_alive()
+    return errors
+
+
+def assert_not_lost(ctx, errors, caplog):
+    assert not ctx.lost_lease
+    assert errors == []
+    assert not [r for r in caplog.records if "lost its lease" in r.getMessage()]
+
+
+def test_completion_committed_before_the_context_knows_is_not_a_lost_lease(
+    live_store, claimed, caplog
+):
+    ctx, pause = claimed, Pause()
+
+    def write_completion(task_id, worker_id, result):
+        row = live_store.complete(task_id, worker_id, result)  # committed (autocommit)
+        pause()
+        return row
+
+    execution = Execution(
+        worker=object(), store=live_store, on_done=lambda call: None,
+        report=lambda exc, **context: None, write_completion=write_completion,
+    )
+    call = Call(
+        registration=Registration(name="hb.task", fn=lambda ctx, payload: None, is_async=False),
+        contexts=[ctx],
+    )
+    thread, outcome = in_thread(lambda: execution.finish_returned(call, {"done": True}))
+    errors = beat_inside_the_window(live_store, ctx, pause, thread, caplog)
+    assert "error" not in outcome, outcome
+    assert_not_lost(ctx, errors, caplog)
+    assert ctx.settled and ctx.final.status == "succeeded"
+    assert get(ctx.task_id).status == "succeeded"
+
+
+class PausingStore:
+    """The store, except that fail() pauses after its write committed."""
+
+    def __init__(self, store, pause):
+        self._store, self._pause = store, pause
+
+    def fail(self, *args, **kwargs):
+        row = self._store.fail(*args, **kwargs)
+        self._pause()
+        return row
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+
+
+def test_a_retry_committed_before_the_context_knows_is_not_a_lost_lease(
+    live_store, claimed, caplog
+):
+    # A retryable fail requeues the row (worker_id cleared), so it is just as
+    # absent from the heartbeat's answer as a stolen one.
+    pause = Pause()
+    ctx = TaskContext(
+        store=PausingStore(live_store, pause), task=claimed.record, worker_id=WORKER,
+        lease_ms=LEASE_MS, retry_backoff_base_ms=0,
+    )
+    thread, outcome = in_thread(lambda: ctx.fail("try again"))
+    errors = beat_inside_the_window(live_store, ctx, pause, thread, caplog)
+    assert "error" not in outcome, outcome
+    assert_not_lost(ctx, errors, caplog)
+    assert ctx.settled and get(ctx.task_id).status == "queued"
+
+
+def test_an_atomic_completion_committed_before_the_context_knows_is_not_a_lost_lease(
+    live_store, claimed, caplog
+):
+    ctx, pause = claimed, Pause()
+
+    def complete_atomically():
+        with ctx.atomic() as done:
+            # Runs after the commit, before ctx.atomic() marks the context settled.
+            transaction.on_commit(pause, using=live_store.using)
+            done.result = {"atomic": True}
+
+    thread, outcome = in_thread(complete_atomically)
+    errors = beat_inside_the_window(live_store, ctx, pause, thread, caplog)
+    assert "error" not in outcome, outcome
+    assert_not_lost(ctx, errors, caplog)
+    assert ctx.settled and get(ctx.task_id).status == "succeeded"
+
+
+def test_a_task_taken_over_meanwhile_is_still_flagged_lost(live_store, claimed, caplog):
+    ctx, errors = claimed, []
+    live_store._rows(
+        "UPDATE cairnq_tasks SET worker_id = 'worker_thief' WHERE id = %(id)s",
+        {"id": ctx.task_id},
+    )
+    with caplog.at_level(logging.WARNING, logger="cairnq_django.worker"):
+        heartbeat_for(live_store, ctx, errors).beat()
+    assert ctx.lost_lease
+    assert f"Task hb.task {ctx.task_id} lost its lease" in caplog.text
+
+
+def test_a_settle_that_fails_leaves_a_later_loss_detectable(live_store, claimed, caplog):
+    # The settling flag is dropped when the write raises, so a real loss after
+    # a failed completion is still flagged.
+    ctx, errors = claimed, []
+
+    def broken_write():
+        raise RuntimeError("the database went away")
+
+    with pytest.raises(RuntimeError):
+        ctx._owned_settle(broken_write)
+    assert not ctx.settled_or_settling()
+    live_store._rows(
+        "UPDATE cairnq_tasks SET worker_id = 'worker_thief' WHERE id = %(id)s",
+        {"id": ctx.task_id},
+    )
+    heartbeat_for(live_store, ctx, errors).beat()
+    assert ctx.lost_lease
