@@ -4,7 +4,8 @@ The admin only presents. Every state change goes through the store (see
 admin_actions.py), and every query is shaped for a table of millions of rows:
 the list is ordered newest first along an index (the primary key, a ULID; the
 rowid on SQLite), page counts are bounded (see BoundedCountPaginator), filter choices come from
-index skip-scans, and search is by exact value on indexed columns.
+index skip-scans, search is by exact value on indexed columns, and the query string may carry
+only the filters the admin offers (see TaskAdmin.url_lookups).
 
 Rows come from foreign writers too, so nothing here trusts a JSON column to
 decode: the list never reads payload, metadata, result, error or message, and
@@ -17,9 +18,9 @@ from __future__ import annotations
 import json
 
 from django.contrib import admin
-from django.contrib.admin.views.main import ChangeList
+from django.contrib.admin.views.main import ORDER_VAR, ChangeList
 from django.contrib.auth import get_permission_codename
-from django.core.exceptions import ValidationError
+from django.core.exceptions import BadRequest, ValidationError
 from django.core.paginator import Paginator
 from django.db import connections
 from django.db.models import BinaryField, Q, TextField
@@ -149,7 +150,30 @@ class BoundedCountPaginator(Paginator):
 
 
 class TaskChangeList(ChangeList):
-    """Attach each listed task's business keys with one query for the whole page."""
+    """Sort only by sortable columns; attach each listed task's keys with one query per page."""
+
+    MAX_ORDER_TERMS = 4
+
+    def get_ordering(self, request, queryset):
+        # Django sorts by any column whose index is in ?o=; keep only the
+        # columns in sortable_by, whose order an index serves.
+        if ORDER_VAR in self.params:
+            sortable = {
+                index for index, name in enumerate(self.list_display) if name in self.sortable_by
+            }
+            kept = []
+            for part in self.params[ORDER_VAR].split("."):
+                _none, _prefix, index = part.rpartition("-")
+                try:
+                    if int(index) in sortable and part not in kept:
+                        kept.append(part)
+                except ValueError:
+                    continue
+            if kept:
+                self.params[ORDER_VAR] = ".".join(kept[: self.MAX_ORDER_TERMS])
+            else:
+                del self.params[ORDER_VAR]
+        return super().get_ordering(request, queryset)
 
     def get_results(self, request):
         super().get_results(request)
@@ -231,6 +255,12 @@ class TaskAdmin(admin.ModelAdmin):
         "duration",
     )
     list_filter = (("status", admin.ChoicesFieldListFilter), QueueFilter, NameFilter)
+    # The only lookups the query string may carry: the list filters' own
+    # parameters, and the column lookups the task page links to (all indexed).
+    # Anything else is refused with a 400 (see lookup_allowed).
+    url_lookups = frozenset(
+        {"status__exact", "queue", "name", "root_id", "parent_id", "correlation_id"}
+    )
     search_fields = ("id", "name", "keys__key", "correlation_id")
     search_help_text = _("Exact task id, name, key or correlation id.")
     # ULIDs sort by creation time, and the primary key index serves this
@@ -305,7 +335,10 @@ class TaskAdmin(admin.ModelAdmin):
         )
 
     def get_object(self, request, object_id, from_field=None):
-        """The task with its free-text columns read raw."""
+        """The task with its free-text columns read raw; None for an id no task can have."""
+        if "\x00" in object_id:
+            # PostgreSQL refuses NUL in any text it is asked to compare.
+            return None
         field = self.opts.pk if from_field is None else self.opts.get_field(from_field)
         queryset = self._with_raw_columns(self.get_queryset(request))
         try:
@@ -325,6 +358,18 @@ class TaskAdmin(admin.ModelAdmin):
             for name in (_raw_attr(c) for c in RAW_COLUMNS):
                 setattr(task, name, values.get(name))
         return getattr(task, attr)
+
+    def lookup_allowed(self, lookup, value, request=None):
+        return lookup in self.url_lookups
+
+    def changelist_view(self, request, extra_context=None):
+        for data in (request.GET, request.POST):
+            for key, values in data.lists():
+                if "\x00" in key or any("\x00" in value for value in values):
+                    # No task column can hold NUL on PostgreSQL, and a query
+                    # that compares with one fails there.
+                    raise BadRequest("The task list's parameters may not contain NUL.")
+        return super().changelist_view(request, extra_context)
 
     def get_ordering(self, request):
         if connections[self.using].vendor == "sqlite":

@@ -1,15 +1,21 @@
-"""The task admin against rows Python cannot decode (issue 9).
+"""The task admin against rows Python cannot decode and URLs nobody should send (issue 9).
 
-Poison rows: a value the database stores but Python's JSON decoder refuses
-(jsonb nested deeper than the decoder's recursion limit on PostgreSQL; TEXT
-that is not UTF-8 on SQLite, which Python's sqlite3 cannot even fetch). The
-admin must list such a task and show its raw text, never answer 500.
+Two kinds of hostility:
+
+- poison rows: a value the database stores but Python's JSON decoder refuses
+  (jsonb nested deeper than the decoder's recursion limit on PostgreSQL; TEXT
+  that is not UTF-8 on SQLite, which Python's sqlite3 cannot even fetch). The
+  admin must list such a task and show its raw text, never answer 500.
+- hostile requests: NUL bytes, huge values, unknown lookups, bad ordering and
+  paging, odd ids, on every URL the task admin registers. Anything may be a
+  400, a 403, a 404 or a redirect; nothing may be a 500.
 """
 
 from __future__ import annotations
 
 import pytest
-from django.db import connection
+from django.contrib import admin
+from django.db import connection, transaction
 from django.urls import reverse
 
 from cairnq_django.models import Task
@@ -171,3 +177,226 @@ def test_actions_on_poison_rows(admin_client, store):
         assert response.status_code == 200, action
     statuses = dict(Task.objects.values_list("id", "status"))
     assert statuses == {queued.id: "canceled", failed.id: "queued"}
+
+
+# -------------------------------------------------------- the accepted params
+@pytest.mark.parametrize(
+    "query",
+    [
+        "payload__contains=x",
+        "name__regex=.*",
+        "payload__a__b=1",
+        "worker_id__startswith=x",
+        "id__in=a,b",
+        "keys__key=x",
+        "keys__task__payload__contains=x",
+        "status__isnull=True",
+        "created_at_ms__gt=1",
+        "pk=1",
+        "message=x",
+        "foo=bar",
+    ],
+)
+def test_lookups_the_admin_does_not_offer_are_refused(admin_client, store, query):
+    store.submit("job")
+    response = admin_client.get(f"{CHANGELIST}?{query}")
+    assert response.status_code == 400
+
+
+@pytest.mark.parametrize(
+    "query",
+    [
+        "status__exact=queued",
+        "queue=default",
+        "name=job",
+        "root_id=x",
+        "parent_id=x",
+        "correlation_id=x",
+        "q=job",
+        "o=1",
+        "o=-8",
+        "p=1",
+        "all=1",
+        "_popup=1",
+        "e=1",
+    ],
+)
+def test_params_the_admin_offers_still_work(admin_client, store, query):
+    store.submit("job")
+    assert admin_client.get(f"{CHANGELIST}?{query}").status_code == 200
+
+
+def test_nul_in_a_filter_is_a_bad_request(admin_client, store):
+    store.submit("job")
+    for query in ("name=%00", "queue=a%00b", "status__exact=%00", "root_id=%00", "q=%00"):
+        assert admin_client.get(f"{CHANGELIST}?{query}").status_code == 400, query
+
+
+def test_nul_in_a_task_id_is_not_found(admin_client, store):
+    store.submit("job")
+    for suffix in ("change/", "history/"):
+        response = admin_client.get(f"{CHANGELIST}abc%00def/{suffix}")
+        assert response.status_code == 302, suffix  # "doesn't exist", back to the index
+    # Nobody may delete through the admin, so that page refuses before it looks.
+    assert admin_client.get(f"{CHANGELIST}abc%00def/delete/").status_code == 403
+
+
+def test_ordering_only_by_the_sortable_columns(admin_client, store):
+    ids = [store.submit("job").id for _ in range(3)]
+    default = listed_ids(admin_client.get(CHANGELIST))
+    # Name the queues so that sorting by queue would reverse the default order.
+    with connection.cursor() as cursor:
+        for position, task_id in enumerate(default):
+            cursor.execute(
+                "UPDATE cairnq_tasks SET queue = %s WHERE id = %s", [f"q{9 - position}", task_id]
+            )
+    # Column 3 is the queue (0 is the action checkbox), which is not sortable:
+    # the default order stays.
+    for query in ("o=3", "o=-3", "o=2.3.4", "o=-5", "o=0"):
+        response = admin_client.get(f"{CHANGELIST}?{query}")
+        assert response.status_code == 200
+        assert listed_ids(response) == default, query
+    assert listed_ids(admin_client.get(CHANGELIST + "?o=1")) == sorted(ids)
+    assert listed_ids(admin_client.get(CHANGELIST + "?o=3.1")) == sorted(ids)
+    assert listed_ids(admin_client.get(CHANGELIST + "?o=-8")) == sorted(ids, reverse=True)
+
+
+# ------------------------------------------------------ the hostile corpus
+HUGE = "x" * 100_000
+
+HOSTILE_QUERIES = [
+    "name=%00", "queue=%00", "status__exact=%00", "root_id=%00", "parent_id=%00",
+    "correlation_id=%00", "q=%00", "o=%00", "p=%00", "e=%00", "all=%00", "%00=1", "_popup=%00",
+    "payload__contains=x", "name__regex=.*", "payload__a__b=1", "worker_id__startswith=x",
+    "id__in=a,b", "keys__key=x", "keys__task__payload__contains=x", "pk=1",
+    "status__isnull=True", "status__isnull=abc", "created_at_ms__gt=abc", "foo=bar",
+    "_to_field=payload", "_to_field=id", "_to_field=%00", "_popup=1", "_facets=1", "e=1",
+    "all=1", "all=",
+    "o=999", "o=-999", "o=abc", "o=2", "o=-4", "o=--1", "o=-0", "o=0-", "o=.", "o=" + "0." * 500,
+    "o=" + "9" * 5000, "o=%D9%A0",
+    "p=-1", "p=abc", "p=0", "p=999999", "p=" + "9" * 5000, "p=1.5", "p=%00", "p=1e3",
+    "name=" + HUGE, "q=" + HUGE, "root_id=" + HUGE, "status__exact=" + HUGE,
+    "q=%F0%9F%92%A9", "name=%E2%80%AE", "name=%FF%FE", "q=%ED%A0%80", "name=%C0%80",
+    "queue=%F0%9F%92%A9",
+    "name=a&name=b", "status__exact=bogus", "queue=", "name=", "q=", "q=%20%20",
+    "q=%27%20OR%201%3D1%20--", "name=%27%3B%20DROP%20TABLE%20cairnq_tasks%3B--",
+    "q=%3Cscript%3Ealert(1)%3C%2Fscript%3E",
+    "_changelist_filters=name%3D%2500", "_changelist_filters=" + HUGE,
+    "&".join(f"f{i}=1" for i in range(1100)),
+]
+
+# Already percent-encoded path segments.
+HOSTILE_IDS = [
+    "nonexistent", "abc%00def", "%00", "a/b", "a%2Fb", "..%2F..%2Fadmin", "_00", "_2F", "_",
+    "%25", "%25%25", "%FF", "%ED%A0%80", "%F0%9F%92%A9", "%E2%80%AE", "x" * 10_000, "%20", "1",
+    "-1", "task_" + "0" * 26, "%27%20OR%201%3D1%20--", "%3Cscript%3E", "a%3Fb%3Dc", "a%23b",
+]
+
+OBJECT_SUFFIXES = ["", "change/", "history/", "delete/"]
+
+
+def registered_urls() -> tuple[list[str], list[str]]:
+    """The task admin's URLs: those without an object id, and the suffixes of those with one."""
+    model_admin = admin.site._registry[Task]
+    plain, per_object = [], []
+    for pattern in model_admin.get_urls():
+        route = str(pattern.pattern)
+        if "<path:object_id>" in route:
+            per_object.append(route.split("<path:object_id>/", 1)[1])
+        else:
+            plain.append(CHANGELIST + route)
+    return plain, per_object
+
+
+def request_status(client, method: str, url: str, data=None) -> int | str:
+    """The response's status code, or the exception a view raised (as text)."""
+    try:
+        # A savepoint, so a failed statement on PostgreSQL does not abort the test's transaction.
+        with transaction.atomic():
+            if method == "get":
+                response = client.get(url)
+            else:
+                response = client.post(url, data or {})
+    except Exception as exc:  # noqa: BLE001 - a raised exception is the 500 being tested for
+        return f"{type(exc).__name__}: {str(exc)[:200]}"
+    return response.status_code
+
+
+@pytest.fixture
+def corpus_tasks(store):
+    """A queued, a running, a failed and a finished task, two of them poisoned."""
+    queued = store.submit("job", key="k1", correlation_id="c1")
+    running = run(store, "job", priority=1_000_000)
+    failed = failed_task(store)
+    done = finished_task(store)
+    poison(queued.id)
+    poison(done.id, "result")
+    return [queued.id, running.id, failed.id, done.id]
+
+
+def assert_no_500(results):
+    failures = [(where, status) for where, status in results if not isinstance(status, int)
+                or status >= 500]
+    assert failures == [], "\n".join(f"{where[:160]!r}: {status}" for where, status in failures)
+
+
+def test_the_registered_urls_are_the_ones_tested():
+    plain, per_object = registered_urls()
+    assert sorted(plain) == sorted([CHANGELIST, CHANGELIST + "add/", CHANGELIST + "stats/"])
+    assert sorted(per_object) == sorted(OBJECT_SUFFIXES)
+
+
+def test_hostile_query_strings_on_every_url(admin_client, corpus_tasks):
+    plain, per_object = registered_urls()
+    urls = plain + [f"{CHANGELIST}{corpus_tasks[0]}/{suffix}" for suffix in per_object]
+    results = []
+    for url in urls:
+        for query in HOSTILE_QUERIES:
+            target = f"{url}?{query}"
+            results.append((target, request_status(admin_client, "get", target)))
+    assert_no_500(results)
+
+
+def test_hostile_ids_on_every_object_url(admin_client, corpus_tasks):
+    _, per_object = registered_urls()
+    results = []
+    for task_id in HOSTILE_IDS + corpus_tasks:
+        for suffix in per_object:
+            url = f"{CHANGELIST}{task_id}/{suffix}"
+            results.append((url, request_status(admin_client, "get", url)))
+            if suffix:
+                results.append(("POST " + url, request_status(admin_client, "post", url,
+                                                              {"post": "yes", "name": "x"})))
+    assert_no_500(results)
+
+
+HOSTILE_SELECTIONS = [
+    ["\x00"], ["abc\x00def"], ["x" * 100_000], ["nonexistent"], ["\U0001f4a9"],
+    ["' OR 1=1 --"], [""],
+    [f"id{i}" for i in range(999)],
+]
+
+
+def test_hostile_action_posts(admin_client, corpus_tasks):
+    actions = ["cancel_tasks", "retry_tasks", "retry_tasks_reset", "purge_tasks",
+               "delete_selected", "bogus", "", "\x00"]
+    selections = [*HOSTILE_SELECTIONS, corpus_tasks, []]
+    results = []
+    for action in actions:
+        for selected in selections:
+            for extra in ({"index": "0"}, {"index": "abc", "select_across": "1"},
+                          {"index": "-1", "post": "yes"}, {"index": "999", "select_across": "x"},
+                          {"index": "0", "post": "yes", "select_across": "1"}):
+                data = {"action": action, "_selected_action": selected, **extra}
+                where = f"POST {action!r} {str(selected)[:60]} {extra}"
+                results.append((where, request_status(admin_client, "post", CHANGELIST, data)))
+    # The confirmation posts of a filtered list, with hostile filters on the URL.
+    for query in HOSTILE_QUERIES[:40]:
+        data = {"action": "purge_tasks", "_selected_action": corpus_tasks, "index": "0"}
+        url = f"{CHANGELIST}?{query}"
+        results.append((f"POST purge {url}", request_status(admin_client, "post", url, data)))
+    too_many = {"action": "cancel_tasks", "_selected_action": [f"id{i}" for i in range(1100)]}
+    results.append(("POST 1100 ids", request_status(admin_client, "post", CHANGELIST, too_many)))
+    results.append(("POST stats", request_status(admin_client, "post", CHANGELIST + "stats/")))
+    assert_no_500(results)
+
