@@ -30,6 +30,7 @@ from .client import (
 from .errors import (
     AlreadyExists,
     CairnQError,
+    HeartbeatLate,
     LostLease,
     ProtocolVersionMismatch,
     QueueFull,
@@ -48,6 +49,7 @@ list = list_tasks  # noqa: A001
 __all__ = [
     "AlreadyExists",
     "CairnQError",
+    "HeartbeatLate",
     "LostLease",
     "PendingTask",
     "ProtocolVersionMismatch",

@@ -28,6 +28,27 @@ class LostLease(CairnQError):
         self.task_id = task_id
 
 
+class HeartbeatLate(CairnQError):
+    """A worker's heartbeat ran more than one interval late; leases were at risk.
+
+    Not raised: the worker passes it to the ON_ERROR hook (phase "execute").
+    Something held the GIL or starved the process of CPU, and a beat later
+    than the lease lets another worker run the tasks in `task_ids` again.
+    """
+
+    def __init__(
+        self, *, late_ms: int, interval_ms: int, lease_ms: int, task_ids: list[str]
+    ) -> None:
+        super().__init__(
+            f"The heartbeat ran {late_ms} ms late (interval {interval_ms} ms, lease "
+            f"{lease_ms} ms); the leases of {len(task_ids)} in-flight task(s) were at risk."
+        )
+        self.late_ms = late_ms
+        self.interval_ms = interval_ms
+        self.lease_ms = lease_ms
+        self.task_ids = list(task_ids)
+
+
 class SerializationError(CairnQError, ValueError):
     """A value cannot cross the protocol boundary as strict JSON."""
 

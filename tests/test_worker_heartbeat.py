@@ -1,4 +1,4 @@
-"""The heartbeat against a real database: settling races.
+"""The heartbeat against a real database: settling races and late beats.
 
 The race tests drive a Heartbeat and a settling write directly, holding the
 settling thread at the point where its write has committed but the context
@@ -8,12 +8,14 @@ lease for a task that had just succeeded.
 
 import logging
 import threading
+import time
 
 import pytest
 from django.db import connections, transaction
 
-from cairnq_django import enqueue, get
-from cairnq_django.worker import TaskContext
+import cairnq_django
+from cairnq_django import CairnQError, HeartbeatLate, enqueue, get
+from cairnq_django.worker import Registry, TaskContext, Worker
 from cairnq_django.worker.execution import Call, Execution
 from cairnq_django.worker.heartbeat import Heartbeat
 from cairnq_django.worker.registry import Registration
@@ -191,3 +193,48 @@ def test_a_settle_that_fails_leaves_a_later_loss_detectable(live_store, claimed,
     )
     heartbeat_for(live_store, ctx, errors).beat()
     assert ctx.lost_lease
+
+
+def _gil_hog_size(seconds: float) -> int:
+    """How big a sum(range(n)) holds the GIL for about `seconds` here."""
+    started = time.perf_counter()
+    sum(range(5_000_000))
+    per_item = (time.perf_counter() - started) / 5_000_000
+    return max(10_000_000, int(seconds / per_item))
+
+
+def test_a_late_heartbeat_reaches_on_error_as_heartbeat_late(live_store, caplog):
+    # sum() over a range is one C call that never releases the GIL: the
+    # heartbeat thread cannot run until it returns. ~1.5 s is well over two
+    # 200 ms intervals, so at least one beat comes more than an interval late.
+    n = _gil_hog_size(1.5)
+    reg = Registry()
+    reg.register("hb.gil_hog", lambda ctx, payload: sum(range(payload["n"])))
+    errors = []
+    task = enqueue("hb.gil_hog", {"n": n}, max_attempts=1)
+    worker = Worker(
+        registry=reg, burst=True, lease_ms=600, poll_ms=50,
+        on_error=lambda exc, context: errors.append((exc, context)),
+    )
+    with caplog.at_level(logging.WARNING, logger="cairnq_django.worker"):
+        worker.run()
+    # A beat late before the claim (a loaded machine) has no task at risk.
+    late = [
+        (exc, context) for exc, context in errors
+        if isinstance(exc, HeartbeatLate) and exc.task_ids
+    ]
+    assert late, errors
+    exc, context = late[0]
+    assert isinstance(exc, CairnQError)
+    assert cairnq_django.HeartbeatLate is HeartbeatLate
+    assert context["phase"] == "execute"
+    assert context["worker_id"] == worker.worker_id
+    assert exc.interval_ms == 200 and exc.lease_ms == 600
+    assert exc.late_ms > exc.interval_ms
+    assert exc.task_ids == [task.id] and context["task_ids"] == [task.id]
+    assert "The heartbeat ran" in caplog.text and "held the GIL" in caplog.text
+    # Logged once as the heartbeat's warning, not again as a recovered error.
+    assert not [
+        r for r in caplog.records if r.exc_info and isinstance(r.exc_info[1], HeartbeatLate)
+    ]
+    assert get(task.id).status in ("succeeded", "failed")

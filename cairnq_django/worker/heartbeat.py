@@ -4,8 +4,9 @@ It runs on its own thread with its own database connection, so a handler
 that keeps its own thread busy cannot stop it. What can stop it is the GIL: a
 C extension that computes without releasing it, or far more busy threads than
 CPUs, keeps this thread from waking on time. A beat that comes more than one
-interval late is therefore reported, because a beat later than the lease lets
-another worker recover the task and run it a second time.
+interval late is therefore reported (logged, and passed to the ON_ERROR hook
+as HeartbeatLate), because a beat later than the lease lets another worker
+recover the task and run it a second time.
 
 A task missing from a beat's answer has lost its lease, unless this worker is
 settling it: a completion that committed while the beat was in flight also
@@ -23,6 +24,7 @@ from collections.abc import Callable
 from django.db import connections
 from django.db.utils import Error as DatabaseError
 
+from ..errors import HeartbeatLate
 from ..store import Store
 from .context import TaskContext
 
@@ -49,6 +51,7 @@ class Heartbeat(threading.Thread):
         in_flight: Callable[[], list[TaskContext]],
         report: Callable[..., None],
         on_tick: Callable[[], None] | None = None,
+        on_late: Callable[[HeartbeatLate], None] | None = None,
     ) -> None:
         super().__init__(name="cairnq-heartbeat", daemon=True)
         self.store = store
@@ -58,6 +61,7 @@ class Heartbeat(threading.Thread):
         self.in_flight = in_flight
         self.report = report
         self.on_tick = on_tick
+        self.on_late = on_late
         self.late_beats = 0
         self._stop_event = threading.Event()
 
@@ -75,16 +79,18 @@ class Heartbeat(threading.Thread):
                 if now < due:
                     continue
                 late = now - due
-                if late > self.interval_s:
-                    self._warn_late(late)
+                # Renew first: the leases are what is at risk. Then report.
+                at_risk = self._live() if late > self.interval_s else None
                 self._safely(self.beat)
                 due = now + self.interval_s
+                if at_risk is not None:
+                    self._report_late(late, at_risk)
         finally:
             connections.close_all()
 
     def beat(self) -> None:
         """Renew every live lease in one statement and flag the ones that are gone."""
-        live = [c for c in self.in_flight() if not c.settled and not c.lost_lease]
+        live = self._live()
         if not live:
             return
         try:
@@ -106,9 +112,12 @@ class Heartbeat(threading.Thread):
                     ctx.name, ctx.task_id,
                 )
 
-    def _warn_late(self, late_s: float) -> None:
+    def _live(self) -> list[TaskContext]:
+        return [c for c in self.in_flight() if not c.settled and not c.lost_lease]
+
+    def _report_late(self, late_s: float, at_risk: list[TaskContext]) -> None:
         self.late_beats += 1
-        tasks = len(self.in_flight())
+        tasks = len(at_risk)
         logger.warning(
             "The heartbeat ran %d ms late (interval %d ms, lease %d ms). Something held the "
             "GIL or starved this worker of CPU: a handler calling a C extension that does "
@@ -118,6 +127,18 @@ class Heartbeat(threading.Thread):
             "--concurrency, or raise --lease.",
             late_s * 1000, self.interval_s * 1000, self.lease_ms, tasks,
         )
+        if self.on_late is None:
+            return
+        late = HeartbeatLate(
+            late_ms=round(late_s * 1000),
+            interval_ms=round(self.interval_s * 1000),
+            lease_ms=self.lease_ms,
+            task_ids=[c.task_id for c in at_risk],
+        )
+        try:
+            self.on_late(late)
+        except Exception:
+            logger.exception("Reporting a late heartbeat failed; ignoring it.")
 
     def _safely(self, fn: Callable[[], None]) -> None:
         try:

@@ -26,7 +26,7 @@ from django.db import connections
 from django.utils.module_loading import import_string
 
 from ..conf import cairnq_settings
-from ..errors import ProtocolVersionMismatch
+from ..errors import HeartbeatLate, ProtocolVersionMismatch
 from ..ids import ulid
 from ..records import TaskRecord
 from ..store import get_store
@@ -190,6 +190,15 @@ class Worker:
             ", ".join(f"{k}={v}" for k, v in context.items()), exc,
             exc_info=(type(exc), exc, exc.__traceback__),
         )
+        self._call_on_error(exc, context)
+
+    def _report_late_heartbeat(self, late: HeartbeatLate) -> None:
+        """Pass a late heartbeat to the ON_ERROR hook; the heartbeat has logged it."""
+        self._call_on_error(
+            late, {"phase": "execute", "worker_id": self.worker_id, "task_ids": late.task_ids}
+        )
+
+    def _call_on_error(self, exc: BaseException, context: dict[str, Any]) -> None:
         if self._on_error is None:
             return
         try:
@@ -269,6 +278,7 @@ class Worker:
         self._heartbeat = Heartbeat(
             store=self.store, worker_id=self.worker_id, lease_ms=self.lease_ms,
             in_flight=self._in_flight_contexts, report=self.report, on_tick=self._watchdog,
+            on_late=self._report_late_heartbeat,
         )
         self._heartbeat.start()
         if self.sweep:
