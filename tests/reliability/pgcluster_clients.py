@@ -42,14 +42,18 @@ def producer(out: str, stop_file: str, max_attempts: int, max_seconds: float) ->
     """Enqueue tests.record tasks in a loop; record every id returned and every raise.
 
     Each attempt carries its own correlation_id, so the test can check that
-    an enqueue that raised left no row. Like a web request, every attempt
-    starts with close_old_connections(), which drops a connection the server
-    closed; nothing else here retries.
+    an enqueue that raised left no row. The connection is persistent (as in
+    a web process with CONN_MAX_AGE=None), so the restart cuts a live session
+    and not only new connects; like a web request, every attempt starts with
+    close_old_connections(), which drops a connection that broke. Nothing
+    else here retries.
     """
     _setup()
-    from django.db import close_old_connections
+    from django.db import close_old_connections, connections
 
     import cairnq_django
+
+    connections["default"].settings_dict["CONN_MAX_AGE"] = None
 
     log = _Log(out)
     run = f"p{os.getpid()}"
