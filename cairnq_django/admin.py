@@ -71,7 +71,8 @@ def _decode_raw(raw) -> tuple[str | None, str | None]:
             return bytes(raw).decode(), None
         except UnicodeDecodeError:
             return bytes(raw).decode(errors="replace"), _(
-                "The stored text is not valid UTF-8; undecodable bytes are shown as U+FFFD."
+                "This is not valid JSON: the stored text is not valid UTF-8 (undecodable bytes"
+                " are shown as U+FFFD)."
             )
     return str(raw), None
 
@@ -101,11 +102,14 @@ def _json_block(raw) -> str:
     # format_html escapes the text, so a payload cannot inject markup.
     if pretty is not None:
         return format_html('<pre class="cq-json">{}</pre>', pretty)
+    if note is None:
+        note = _(
+            "This is not valid JSON to Python's decoder (malformed, or nested too deeply);"
+            " shown as stored."
+        )
     return format_html(
-        '<p class="help cq-json-invalid">{} {}</p><pre class="cq-json cq-json-raw">{}</pre>',
-        _("This is not valid JSON to Python's decoder (malformed, or nested too deeply);"
-          " shown as stored."),
-        note or "",
+        '<p class="help cq-json-invalid">{}</p><pre class="cq-json cq-json-raw">{}</pre>',
+        note,
         text,
     )
 
