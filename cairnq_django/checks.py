@@ -10,6 +10,7 @@ from django.db import DEFAULT_DB_ALIAS
 from django.utils.module_loading import import_string
 
 from .conf import DEFAULTS, DURATION_KEYS, cairnq_settings, to_ms
+from .schedules import checks as _schedule_checks  # noqa: F401  (registers them)
 
 # RETURNING arrived in SQLite 3.35.0 (UPDATE ... FROM in 3.33.0); Django 5.2
 # itself accepts 3.31.

@@ -49,6 +49,12 @@ DEFAULTS: dict[str, Any] = {
     "SWEEP_INTERVAL": 60_000,
     "SWEEP_BATCH_SIZE": 1_000,
     "SWEEP_PAUSE": 50,
+    # How often a worker refreshes its row in the workers table; it counts as
+    # gone after three intervals without one.
+    "WORKER_REPORT_INTERVAL": 10_000,
+    # Periodic tasks: {name: {"task": ..., "cron": ... or "every": ..., ...}}
+    # (see cairnq_django/schedules/config.py); workers run them by default.
+    "SCHEDULE": None,
 }
 
 DURATION_KEYS = {
@@ -64,6 +70,7 @@ DURATION_KEYS = {
     "RETRY_BACKOFF_CAP",
     "SWEEP_INTERVAL",
     "SWEEP_PAUSE",
+    "WORKER_REPORT_INTERVAL",
 }
 
 
