@@ -109,3 +109,8 @@ class PeerMigration(models.Model):
         managed = False
         db_table = "cairnq_migrations"
         verbose_name = _("peer migration")
+
+
+# The schedules' state table lives with the scheduler; importing it here is how
+# Django finds it.
+from .schedules.models import ScheduleState  # noqa: E402,F401
