@@ -77,6 +77,7 @@ class Worker:
         burst: bool = False,
         using: str | None = None,
         sweep: bool = False,
+        scheduler: bool = True,
         registry: Registry | None = None,
         discover: bool = True,
         on_error: Any = None,
@@ -106,6 +107,8 @@ class Worker:
         ) or 0
         self.burst = burst
         self.sweep = sweep
+        # Enqueue the occurrences of CAIRNQ['SCHEDULE'] (not in burst mode).
+        self.run_scheduler = scheduler and not burst
         self.handlers = self._select_handlers(names)
         self.queues = self._select_queues(queues)
         self.worker_id = f"worker_{ulid()}"
@@ -136,6 +139,7 @@ class Worker:
         self._heartbeat: Heartbeat | None = None
         self._sweeper: Any = None
         self._sweeper_thread: threading.Thread | None = None
+        self._scheduler: Any = None
         self._wakeup: Any = None
         self.tasks_started = 0
         self._connection_policy = WorkerConnectionPolicy()
@@ -283,6 +287,8 @@ class Worker:
         self._heartbeat.start()
         if self.sweep:
             self._start_sweeper()
+        if self.run_scheduler:
+            self._start_scheduler()
 
     def _loop(self) -> None:
         retry_s = _DB_RETRY_FIRST_S
@@ -549,6 +555,21 @@ class Worker:
         self._sweeper_thread = threading.Thread(target=sweep, name="cairnq-sweeper", daemon=True)
         self._sweeper_thread.start()
 
+    # ------------------------------------------------------------ schedules
+    def _start_scheduler(self) -> None:
+        from ..schedules.scheduler import Scheduler
+
+        try:
+            scheduler = Scheduler(
+                using=self.using, write_gate=self._write_gate, report=self.report
+            )
+        except Exception as exc:
+            self.report(exc, phase="schedule")
+            return
+        if scheduler.schedules:
+            self._scheduler = scheduler
+            scheduler.start()
+
     # ------------------------------------------------------------ shutdown
     def _shutdown(self) -> None:
         deadline = time.monotonic() + self.shutdown_timeout_ms / 1000
@@ -574,6 +595,8 @@ class Worker:
         if self._heartbeat is not None:
             self._heartbeat.stop()
             self._heartbeat.join(5)
+        if self._scheduler is not None:
+            self._scheduler.stop(timeout=5)
         if self._sweeper is not None:
             try:
                 self._sweeper.stop(timeout=5)

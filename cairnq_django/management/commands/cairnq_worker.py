@@ -94,6 +94,11 @@ class Command(BaseCommand):
             "--sweep", action="store_true",
             help="Also run the retention sweeper (CAIRNQ['RETENTION']) in this process.",
         )
+        parser.add_argument(
+            "--no-scheduler", action="store_false", dest="scheduler",
+            help="Do not enqueue the periodic tasks of CAIRNQ['SCHEDULE'] from this worker "
+            "(other workers still do; each occurrence is enqueued once whichever runs it).",
+        )
 
     def handle(self, *args, **options):
         from ...worker import Worker
@@ -114,6 +119,7 @@ class Command(BaseCommand):
                 burst=options["burst"],
                 using=options["database"],
                 sweep=options["sweep"],
+                scheduler=options["scheduler"],
             )
         except ValueError as exc:
             raise CommandError(str(exc)) from exc

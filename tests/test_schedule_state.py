@@ -1,0 +1,184 @@
+"""The scheduler against a real database: compare-and-set, policies, pause, run now."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from cairnq_django import get
+from cairnq_django.models import Task
+from cairnq_django.schedules import state
+from cairnq_django.schedules.config import parse_schedule
+from cairnq_django.schedules.models import ScheduleState
+from cairnq_django.schedules.scheduler import MAX_SLEEP_MS, Scheduler
+
+pytestmark = pytest.mark.django_db
+
+
+def schedules(**specs):
+    return parse_schedule({name: {"task": "tests.echo", **spec} for name, spec in specs.items()})
+
+
+def scheduler(**specs) -> Scheduler:
+    return Scheduler(using="default", schedules=schedules(**specs))
+
+
+def tasks_of(name):
+    return list(
+        Task.objects.filter(metadata__schedule=name).order_by("created_at_ms", "id")
+    )
+
+
+def set_cursor(name, cursor_ms):
+    ScheduleState.objects.filter(name=name).update(cursor_ms=cursor_ms)
+
+
+def test_a_new_schedule_starts_from_now_and_enqueues_nothing_yet():
+    sched = scheduler(hourly={"every": timedelta(hours=1)})
+    before = state.db_now_ms("default")
+    sleep_ms = sched.tick()
+    row = ScheduleState.objects.get(name="hourly")
+    assert before <= row.cursor_ms <= state.db_now_ms("default")
+    assert (row.last_task_id, row.last_occurrence_ms, row.paused) == (None, None, False)
+    assert tasks_of("hourly") == []
+    # It sleeps until the next occurrence, but re-reads the table at least every 30 s.
+    assert 0 < sleep_ms <= MAX_SLEEP_MS + 10
+
+
+def test_due_occurrences_are_enqueued_once_each_with_their_occurrence():
+    sched = scheduler(tick={"every": 1000, "payload": {"n": 1}, "queue": "periodic",
+                            "priority": 5, "max_attempts": 2, "metadata": {"team": "ops"}})
+    sched.tick()
+    now = state.db_now_ms("default")
+    set_cursor("tick", now - 2500)
+    sched.tick()
+    found = tasks_of("tick")
+    occurrences = [t.metadata["occurrence_ms"] for t in found]
+    assert len(found) in (2, 3)  # the ticks at -2 s, -1 s (and 0 s once it has passed)
+    assert occurrences == sorted(occurrences) and all(o % 1000 == 0 for o in occurrences)
+    assert occurrences[0] == (now - 2500) // 1000 * 1000 + 1000
+    task = found[-1]
+    assert (task.name, task.queue, task.priority, task.max_attempts, task.payload) == (
+        "tests.echo", "periodic", 5, 2, {"n": 1}
+    )
+    assert task.metadata == {
+        "team": "ops", "schedule": "tick", "trigger": "schedule",
+        "occurrence_ms": occurrences[-1],
+    }
+    row = ScheduleState.objects.get(name="tick")
+    assert row.cursor_ms == row.last_occurrence_ms == occurrences[-1]
+    assert row.last_task_id == task.id
+    # A second scheduler with the same (now stale) view enqueues nothing twice.
+    Scheduler(using="default", schedules=sched.schedules).tick()
+    again = [t.metadata["occurrence_ms"] for t in tasks_of("tick")]
+    assert len(again) == len(set(again))
+    assert again[: len(occurrences)] == occurrences
+
+
+def test_a_lost_compare_and_set_writes_nothing():
+    [schedule] = schedules(s={"every": 1000})
+    state.ensure_states("default", ["s"], 10_000)
+    won = state.advance("default", schedule, expected_cursor_ms=10_000, occurrence_ms=11_000,
+                        new_cursor_ms=11_000)
+    assert won.occurrence_ms == 11_000 and get(won.task.id).status == "queued"
+    lost = state.advance("default", schedule, expected_cursor_ms=10_000, occurrence_ms=11_000,
+                         new_cursor_ms=11_000)
+    assert lost is None
+    assert len(tasks_of("s")) == 1
+    assert ScheduleState.objects.get(name="s").cursor_ms == 11_000
+
+
+def test_missed_run_once_enqueues_one_task_for_a_long_outage():
+    sched = scheduler(s={"every": 1000, "grace": 0})
+    sched.tick()
+    now = state.db_now_ms("default")
+    set_cursor("s", now - 3_600_000)
+    sched.tick()
+    [task] = tasks_of("s")
+    assert now - 1000 < task.metadata["occurrence_ms"] <= state.db_now_ms("default")
+
+
+def test_missed_skip_enqueues_nothing_for_a_long_outage_and_moves_on():
+    sched = scheduler(s={"cron": "0 3 * * *", "timezone": "UTC", "missed": "skip"})
+    sched.tick()
+    now = state.db_now_ms("default")
+    set_cursor("s", now - 5 * 86_400_000)
+    sched.tick()
+    assert tasks_of("s") == []
+    row = ScheduleState.objects.get(name="s")
+    assert now - 86_400_000 < row.cursor_ms <= now
+    assert row.cursor_ms % 86_400_000 == 3 * 3_600_000
+
+
+def test_a_paused_schedule_enqueues_nothing_and_resumes_from_now():
+    sched = scheduler(s={"every": 1000})
+    sched.tick()
+    assert state.set_paused("default", "s", True) is True
+    assert state.set_paused("default", "s", True) is False  # already paused
+    set_cursor("s", state.db_now_ms("default") - 5000)
+    sched.tick()
+    assert tasks_of("s") == []
+    assert state.set_paused("default", "s", False) is True
+    row = ScheduleState.objects.get(name="s")
+    assert not row.paused and row.cursor_ms >= state.db_now_ms("default") - 1000
+    # The occurrences that fell while it was paused are not run on resume.
+    sched.tick()
+    assert all(t.metadata["occurrence_ms"] > row.cursor_ms for t in tasks_of("s"))
+
+
+def test_run_now_enqueues_outside_the_timetable():
+    [schedule] = schedules(s={"cron": "0 3 * * *", "payload": {"kind": "daily"}})
+    task = state.run_now("default", schedule)
+    row = ScheduleState.objects.get(name="s")
+    assert row.last_task_id == task.id and row.last_occurrence_ms is None
+    assert task.payload == {"kind": "daily"}
+    assert task.metadata == {"schedule": "s", "trigger": "manual"}
+    cursor = row.cursor_ms
+    state.run_now("default", schedule)
+    assert ScheduleState.objects.get(name="s").cursor_ms == cursor
+    assert len(tasks_of("s")) == 2
+
+
+def test_a_keyed_schedule_does_not_overlap_a_live_run():
+    [schedule] = schedules(s={"every": 1000, "key": "report"})
+    state.ensure_states("default", ["s"], 10_000)
+    first = state.advance("default", schedule, expected_cursor_ms=10_000,
+                          occurrence_ms=11_000, new_cursor_ms=11_000)
+    second = state.advance("default", schedule, expected_cursor_ms=11_000,
+                           occurrence_ms=12_000, new_cursor_ms=12_000)
+    # The key's task is still queued: "reuse" returns it instead of a second one.
+    assert second.task.id == first.task.id
+    assert len(tasks_of("s")) == 1
+    assert ScheduleState.objects.get(name="s").cursor_ms == 12_000
+
+
+def test_a_schedule_removed_from_settings_stops():
+    scheduler(a={"every": 1000}, b={"every": 1000}).tick()
+    sched = scheduler(a={"every": 1000})
+    now = state.db_now_ms("default")
+    set_cursor("a", now - 1500)
+    set_cursor("b", now - 1500)
+    sched.tick()
+    assert tasks_of("a") and not tasks_of("b")
+    assert ScheduleState.objects.get(name="b").cursor_ms == now - 1500
+
+
+def test_a_renamed_schedule_starts_fresh():
+    scheduler(old={"every": 1000}).tick()
+    set_cursor("old", state.db_now_ms("default") - 60_000)
+    scheduler(new={"every": 1000}).tick()
+    assert tasks_of("new") == []  # nothing inherited from "old"
+    assert ScheduleState.objects.get(name="new").cursor_ms >= state.db_now_ms("default") - 1000
+
+
+def test_the_worker_flag_turns_the_scheduler_off():
+    from cairnq_django.management.commands.cairnq_worker import Command
+    from cairnq_django.worker import Worker
+
+    parser = Command().create_parser("manage.py", "cairnq_worker")
+    assert parser.parse_args([]).scheduler is True
+    assert parser.parse_args(["--no-scheduler"]).scheduler is False
+    assert Worker(scheduler=False).run_scheduler is False
+    assert Worker().run_scheduler is True
+    assert Worker(burst=True).run_scheduler is False
