@@ -114,3 +114,6 @@ class PeerMigration(models.Model):
 # The schedules' state table lives with the scheduler; importing it here is how
 # Django finds it.
 from .schedules.models import ScheduleState  # noqa: E402,F401
+
+# The workers table belongs to observability; importing it here is how Django finds it.
+from .observability.models import WorkerRecord  # noqa: E402,F401

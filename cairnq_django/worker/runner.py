@@ -141,6 +141,7 @@ class Worker:
         self._sweeper_thread: threading.Thread | None = None
         self._scheduler: Any = None
         self._wakeup: Any = None
+        self._presence: Any = None
         self.tasks_started = 0
         self._connection_policy = WorkerConnectionPolicy()
 
@@ -285,6 +286,7 @@ class Worker:
             on_late=self._report_late_heartbeat,
         )
         self._heartbeat.start()
+        self._start_presence()
         if self.sweep:
             self._start_sweeper()
         if self.run_scheduler:
@@ -570,6 +572,17 @@ class Worker:
             self._scheduler = scheduler
             scheduler.start()
 
+    # ------------------------------------------------------------ presence
+    def _start_presence(self) -> None:
+        """Record this worker in the workers table on a timer (cairnq_status shows it)."""
+        from ..observability.presence import Presence
+
+        self._presence = Presence(
+            worker=self, interval_ms=cairnq_settings.WORKER_REPORT_INTERVAL,
+            running=lambda: len(self._in_flight_contexts()), report=self.report,
+        )
+        self._presence.start()
+
     # ------------------------------------------------------------ shutdown
     def _shutdown(self) -> None:
         deadline = time.monotonic() + self.shutdown_timeout_ms / 1000
@@ -607,6 +620,8 @@ class Worker:
         if self._loop_thread is not None:
             self._loop_thread.stop()
         self.settler.stop()
+        if self._presence is not None:
+            self._presence.stop()  # deletes this worker's row
         if self._wakeup:
             try:
                 self._wakeup.close()

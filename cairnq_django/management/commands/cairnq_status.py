@@ -1,0 +1,93 @@
+"""manage.py cairnq_status: the workers and the queue × status table, in the terminal."""
+
+from __future__ import annotations
+
+import json
+
+from django.core.management.base import BaseCommand
+
+from cairnq_django.admin_views import format_duration
+from cairnq_django.conf import cairnq_settings
+from cairnq_django.observability.overview import Overview, overview
+from cairnq_django.records import STATUSES
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
+    return [
+        "  ".join(str(cell).ljust(width) for cell, width in zip(row, widths)).rstrip()
+        for row in [header, *rows]
+    ]
+
+
+def as_text(view: Overview) -> str:
+    lines = []
+    live = sum(w.live for w in view.workers)
+    lines.append(f"Workers: {live} live, {len(view.workers) - live} gone")
+    if view.workers:
+        rows = []
+        for w in view.workers:
+            r = w.record
+            rows.append([
+                r.id, r.host, str(r.pid), ",".join(r.queues), str(r.concurrency),
+                str(len(w.running)), str(r.tasks_done),
+                f"{format_duration(w.seen_ago_ms)} ago", "live" if w.live else "gone",
+            ])
+        header = ["ID", "HOST", "PID", "QUEUES", "CONCURRENCY", "RUNNING", "DONE",
+                  "LAST SEEN", "STATE"]
+        lines.extend(_table(header, rows))
+        for w in view.workers:
+            for task in w.running:
+                progress = "" if task.progress is None else f" {task.progress:.0%}"
+                lines.append(f"  {w.record.id} runs {task.name} {task.id}{progress}")
+    lines.append("")
+    lines.append(f"Queues: {len(view.queues)}")
+    if view.queues:
+        rows = [
+            [q.queue, *(str(q.counts[s]) for s in STATUSES),
+             "-" if q.oldest_due_age_ms is None else format_duration(q.oldest_due_age_ms)]
+            for q in view.queues
+        ]
+        lines.extend(_table(["QUEUE", *(s.upper() for s in STATUSES), "OLDEST DUE"], rows))
+    return "\n".join(lines)
+
+
+def as_json(view: Overview) -> str:
+    return json.dumps({
+        "now_ms": view.now_ms,
+        "workers": [
+            {
+                "id": w.record.id, "host": w.record.host, "pid": w.record.pid,
+                "queues": w.record.queues, "names": w.record.names,
+                "concurrency": w.record.concurrency, "version": w.record.version,
+                "started_at_ms": w.record.started_at_ms,
+                "last_seen_ms": w.record.last_seen_ms, "live": w.live,
+                "tasks_done": w.record.tasks_done,
+                "running": [
+                    {"id": t.id, "name": t.name, "queue": t.queue, "progress": t.progress}
+                    for t in w.running
+                ],
+            }
+            for w in view.workers
+        ],
+        "queues": {
+            q.queue: {**q.counts, "oldest_due_age_ms": q.oldest_due_age_ms}
+            for q in view.queues
+        },
+    }, indent=2)
+
+
+class Command(BaseCommand):
+    help = "Print the CairnQ workers (live and gone) and the queue × status table."
+    requires_system_checks: list[str] = []
+
+    def add_arguments(self, parser):
+        parser.add_argument("--json", action="store_true", help="Print JSON instead of tables.")
+        parser.add_argument(
+            "--database", default=None,
+            help="Database alias of the queue. Default: CAIRNQ['DATABASE'].",
+        )
+
+    def handle(self, *args, **options):
+        view = overview(options["database"] or cairnq_settings.DATABASE)
+        self.stdout.write(as_json(view) if options["json"] else as_text(view))

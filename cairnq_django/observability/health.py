@@ -1,0 +1,73 @@
+"""Is the queue healthy? The rules behind `manage.py cairnq_health`."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from django.db import connections
+from django.db.utils import Error as DatabaseError
+
+from ..admin_views import format_duration
+from ..store import get_store
+from .overview import Overview, overview
+
+# Exit codes of cairnq_health.
+HEALTHY = 0
+UNHEALTHY = 1
+UNREACHABLE = 2
+
+
+@dataclass(frozen=True)
+class Health:
+    code: int
+    problems: tuple[str, ...]
+
+    @property
+    def ok(self) -> bool:
+        return self.code == HEALTHY
+
+
+def problems(view: Overview, *, max_age_ms: int, queues: Sequence[str] | None = None) -> list[str]:
+    """One sentence per queue with due tasks no live worker serves or that waited too long."""
+    found = []
+    for q in view.queues:
+        if queues and q.queue not in queues:
+            continue
+        if q.oldest_due_age_ms is None:
+            continue  # nothing due: nothing can be stuck
+        waited = format_duration(q.oldest_due_age_ms)
+        if not view.live_workers_for(q.queue):
+            found.append(
+                f"Queue {q.queue!r} has {q.counts['queued']} queued task(s), the oldest due "
+                f"{waited} ago, and no live worker serves it."
+            )
+        elif q.oldest_due_age_ms > max_age_ms:
+            found.append(
+                f"Queue {q.queue!r}: the oldest due task has waited {waited}, longer than "
+                f"{format_duration(max_age_ms)}."
+            )
+    return found
+
+
+def check(
+    using: str | None = None, *, max_age_ms: int, queues: Sequence[str] | None = None
+) -> Health:
+    """Read the queue once and judge it; an unreachable database is a problem too."""
+    using = using or get_store().using
+    try:
+        connections[using].ensure_connection()
+    except DatabaseError as exc:
+        return Health(UNREACHABLE, (f"The queue's database is unreachable: {_first_line(exc)}",))
+    try:
+        view = overview(using)
+    except DatabaseError as exc:
+        # Reachable but unreadable: most often `migrate` has not been run.
+        return Health(UNHEALTHY, (f"Reading the queue failed: {_first_line(exc)}",))
+    found = problems(view, max_age_ms=max_age_ms, queues=queues)
+    return Health(UNHEALTHY if found else HEALTHY, tuple(found))
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

@@ -1,0 +1,78 @@
+"""The queue and its workers at a glance: shared by cairnq_status, cairnq_health,
+the metrics view and the admin dashboard."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from django.db import connections
+
+from ..admin_views import QueueStats, queue_stats
+from ..ids import now_ms
+from ..models import Task
+from ..store import get_store
+from .models import WorkerRecord
+
+
+def database_now_ms(using: str) -> int:
+    """Return "now" from the clock the queue uses (the database's on PostgreSQL)."""
+    dialect = get_store(using).dialect
+    if dialect.uses_process_clock:
+        return now_ms()
+    with connections[using].cursor() as cursor:
+        cursor.execute(f"SELECT {dialect.now}")
+        return int(cursor.fetchone()[0])
+
+
+@dataclass
+class RunningTask:
+    id: str
+    name: str
+    queue: str
+    progress: float | None
+
+
+@dataclass
+class WorkerView:
+    """One worker's row with its liveness and the tasks it holds now."""
+
+    record: WorkerRecord
+    live: bool
+    seen_ago_ms: int
+    running: list[RunningTask] = field(default_factory=list)
+
+
+@dataclass
+class Overview:
+    now_ms: int
+    queues: list[QueueStats]
+    workers: list[WorkerView]
+
+    def live_workers_for(self, queue: str) -> list[WorkerView]:
+        return [w for w in self.workers if w.live and queue in w.record.queues]
+
+
+def workers(using: str, now: int) -> list[WorkerView]:
+    """Every recorded worker, live or gone, with the running tasks it holds."""
+    views = [
+        WorkerView(record=r, live=r.is_live(now), seen_ago_ms=max(0, now - r.last_seen_ms))
+        for r in WorkerRecord.objects.using(using).order_by("host", "pid", "id")
+    ]
+    by_id = {v.record.id: v for v in views}
+    if by_id:
+        held = (
+            Task.objects.using(using)
+            .filter(status="running", worker_id__in=list(by_id))
+            .values_list("id", "name", "queue", "progress", "worker_id")
+            .order_by("id")
+        )
+        for task_id, name, queue, progress, worker_id in held:
+            by_id[worker_id].running.append(RunningTask(task_id, name, queue, progress))
+    return views
+
+
+def overview(using: str | None = None) -> Overview:
+    """Read the queue × status table, the oldest due ages and the workers."""
+    using = using or get_store().using
+    now = database_now_ms(using)
+    return Overview(now_ms=now, queues=queue_stats(using, now), workers=workers(using, now))

@@ -1,0 +1,116 @@
+"""A worker recording itself in the workers table while it runs.
+
+One thread per worker: it inserts the row at start, refreshes `last_seen_ms`
+and the task counts every interval, and deletes the row when the worker stops
+cleanly. A worker that dies without stopping leaves its row behind, which
+readers then show as gone (see models.GONE_AFTER_INTERVALS); any live worker
+deletes rows that have been gone for longer than FORGET_AFTER_MS.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+from collections.abc import Callable
+from importlib import metadata
+from typing import Any
+
+from django.db import connections
+
+from .models import WorkerRecord
+from .overview import database_now_ms
+
+logger = logging.getLogger("cairnq_django.worker")
+
+# How long a gone worker's row stays visible before a live worker deletes it.
+FORGET_AFTER_MS = 3_600_000
+
+
+def package_version() -> str:
+    try:
+        return metadata.version("cairnq-django")
+    except metadata.PackageNotFoundError:
+        return "unknown"
+
+
+class Presence(threading.Thread):
+    """Keep one worker's row in the workers table fresh until stopped."""
+
+    def __init__(
+        self,
+        *,
+        worker: Any,
+        interval_ms: int,
+        running: Callable[[], int],
+        report: Callable[..., None],
+    ) -> None:
+        super().__init__(name="cairnq-presence", daemon=True)
+        self.worker = worker
+        self.using = worker.using
+        self.interval_ms = interval_ms
+        self.running = running
+        self.report = report
+        self._stop_event = threading.Event()
+        self._failing = False
+
+    def stop(self, timeout: float = 5.0) -> None:
+        """Delete the row and end the thread."""
+        self._stop_event.set()
+        if self.is_alive():
+            self.join(timeout)
+
+    def run(self) -> None:
+        try:
+            self._safely(self.record)
+            while not self._stop_event.wait(self.interval_ms / 1000):
+                self._safely(self.record)
+            self._safely(self.remove)
+        finally:
+            connections.close_all()
+
+    def _fields(self) -> dict[str, Any]:
+        running = self.running()
+        return {
+            "tasks_running": running,
+            "tasks_done": max(0, self.worker.tasks_started - running),
+        }
+
+    def record(self) -> None:
+        """Insert or refresh this worker's row, and forget long-gone workers."""
+        rows = WorkerRecord.objects.using(self.using)
+        now = database_now_ms(self.using)
+        fields = self._fields()
+        if not rows.filter(pk=self.worker.worker_id).update(last_seen_ms=now, **fields):
+            rows.create(
+                id=self.worker.worker_id,
+                host=socket.gethostname(),
+                pid=os.getpid(),
+                queues=list(self.worker.queues),
+                names=sorted(self.worker.handlers),
+                concurrency=self.worker.concurrency,
+                version=package_version(),
+                started_at_ms=now,
+                last_seen_ms=now,
+                interval_ms=self.interval_ms,
+                **fields,
+            )
+        rows.gone(now - FORGET_AFTER_MS).delete()
+        if self._failing:
+            logger.info("The worker is recorded in the workers table again.")
+            self._failing = False
+
+    def remove(self) -> None:
+        WorkerRecord.objects.using(self.using).filter(pk=self.worker.worker_id).delete()
+
+    def _safely(self, fn: Callable[[], None]) -> None:
+        try:
+            fn()
+        except Exception as exc:
+            connections[self.using].close()
+            # Once per outage: a missing table (migrate not run) would
+            # otherwise report every interval.
+            if not self._failing:
+                self._failing = True
+                self.report(exc, phase="presence")
