@@ -1,0 +1,176 @@
+"""CairnQBackend: Django's Tasks framework on the CairnQ tables.
+
+    TASKS = {
+        "default": {
+            "BACKEND": "cairnq_django.backends.CairnQBackend",
+            "QUEUES": ["default", "emails"],
+            "OPTIONS": {"MAX_ATTEMPTS": 3},
+        }
+    }
+
+`enqueue` writes a row through `cairnq_django.enqueue`, so it joins the
+caller's transaction on the queue's database; `cairnq_worker` runs it.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.conf import settings
+from django.core import checks
+
+from .. import client, compat
+from ..conf import cairnq_settings
+from .results import pending_result, split_payload, to_result
+from .tasks import CairnQTask, known_tasks, row_name, validate_extras
+
+OPTION_DEFAULTS: dict[str, Any] = {
+    # Alias of the database holding the CairnQ tables (default: CAIRNQ["DATABASE"]).
+    "DATABASE": None,
+    # Attempts of a task that raises before it fails for good. The framework's
+    # own backends run a task once; raise it to retry with backoff.
+    "MAX_ATTEMPTS": 1,
+    # Modules holding @task functions beyond installed apps' tasks modules.
+    "MODULES": [],
+    # Write rows when the caller's transaction on `default` commits (for a
+    # queue in another database); None follows CAIRNQ["ENQUEUE_ON_COMMIT"].
+    "ON_COMMIT": None,
+}
+
+
+class CairnQBackend(compat.BaseTaskBackend):
+    """Enqueue framework tasks as CairnQ rows; `cairnq_worker` runs them."""
+
+    task_class = CairnQTask
+
+    # Does the backend support Tasks to be enqueued with the run_after attribute?
+    supports_defer = True
+    # Does the backend support coroutines to be enqueued?
+    supports_async_task = True
+    # Does the backend support results being retrieved (from any thread/process)?
+    supports_get_result = True
+    # Does the backend support executing Tasks in a given priority order?
+    supports_priority = True
+
+    def __init__(self, alias: str, params: dict[str, Any]) -> None:
+        super().__init__(alias, params)
+        self.unknown_options = sorted(set(self.options) - set(OPTION_DEFAULTS))
+        merged = {**OPTION_DEFAULTS, **self.options}
+        self.database: str = merged["DATABASE"] or cairnq_settings.DATABASE
+        self.max_attempts = merged["MAX_ATTEMPTS"]
+        self.modules: list[str] = list(merged["MODULES"])
+        self.on_commit = merged["ON_COMMIT"]
+
+    # ------------------------------------------------------------ validation
+    def validate_task(self, task: Any) -> None:
+        """Refuse a Task this backend cannot run; remember one it can."""
+        super().validate_task(task)
+        validate_extras(task)
+        known_tasks.add(task)
+
+    # ------------------------------------------------------------ enqueue
+    def enqueue(self, task: Any, args: Any, kwargs: Any) -> Any:
+        """Queue up the Task to be executed."""
+        self.validate_task(task)
+        args = compat.normalize_json(list(args))
+        kwargs = compat.normalize_json(dict(kwargs))
+        written = client.enqueue(
+            row_name(task),
+            {"args": args, "kwargs": kwargs},
+            queue=task.queue_name,
+            # Both run higher numbers first: the framework's -100..100 is
+            # stored as is, which keeps the order for every implementation.
+            priority=task.priority,
+            run_at=task.run_after,
+            max_attempts=getattr(task, "max_attempts", None) or self.max_attempts,
+            key=getattr(task, "key", None),
+            conflict=getattr(task, "conflict", "reuse"),
+            using=self.database,
+            on_commit=self.on_commit,
+        )
+        if isinstance(written, client.PendingTask):
+            result = pending_result(task, written.id, args, kwargs, self.alias)
+        else:
+            result = to_result(task, written, self.alias)
+        compat.task_enqueued.send(type(self), task_result=result)
+        return result
+
+    async def aenqueue(self, task: Any, args: Any, kwargs: Any) -> Any:
+        """See enqueue()."""
+        return await sync_to_async(self.enqueue, thread_sensitive=True)(task, args, kwargs)
+
+    # ------------------------------------------------------------ results
+    def get_result(self, result_id: str) -> Any:
+        """Retrieve a task result by id; raise TaskResultDoesNotExist if there is none."""
+        record = client.get(result_id, using=self.database) if isinstance(result_id, str) else None
+        task = self.task_for(record.name) if record is not None else None
+        if record is None or task is None or split_payload(record.payload) is None:
+            raise compat.TaskResultDoesNotExist(
+                f"No task result with id {result_id!r} on task backend {self.alias!r}."
+            )
+        return to_result(task, record, self.alias)
+
+    async def aget_result(self, result_id: str) -> Any:
+        """See get_result()."""
+        return await sync_to_async(self.get_result, thread_sensitive=True)(result_id)
+
+    def task_for(self, name: str) -> Any:
+        """The Task of this backend that rows named `name` run, or None.
+
+        Looks among the tasks this process has built; imports the discovered
+        task modules first if the name is not among them. Never imports
+        `name` itself.
+        """
+        task = known_tasks.get(name)
+        if task is None:
+            from .worker import import_task_modules
+
+            import_task_modules()
+            task = known_tasks.get(name)
+        if task is None or task.backend != self.alias:
+            return None
+        return task
+
+    # ------------------------------------------------------------ checks
+    def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
+        """Report OPTIONS this backend cannot use."""
+        errors: list[checks.CheckMessage] = []
+        where = f"TASKS[{self.alias!r}]"
+        if self.unknown_options:
+            errors.append(
+                checks.Error(
+                    f"{where}['OPTIONS'] has unknown keys: {', '.join(self.unknown_options)}.",
+                    hint=f"CairnQBackend takes {', '.join(sorted(OPTION_DEFAULTS))}.",
+                    id="cairnq.E101",
+                )
+            )
+        if self.database not in settings.DATABASES:
+            errors.append(
+                checks.Error(
+                    f"{where} uses database {self.database!r}, which is not in DATABASES.",
+                    id="cairnq.E102",
+                )
+            )
+        max_attempts = self.max_attempts
+        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+            errors.append(
+                checks.Error(
+                    f"{where}['OPTIONS']['MAX_ATTEMPTS'] must be an integer >= 1, "
+                    f"got {max_attempts!r}.",
+                    id="cairnq.E103",
+                )
+            )
+        for module in self.modules:
+            try:
+                import_module(module)
+            except ImportError as exc:
+                errors.append(
+                    checks.Error(
+                        f"{where}['OPTIONS']['MODULES'] lists {module!r}, which cannot be "
+                        f"imported: {exc}",
+                        id="cairnq.E104",
+                    )
+                )
+        return errors

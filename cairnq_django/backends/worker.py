@@ -1,0 +1,203 @@
+"""How `cairnq_worker` finds and runs framework tasks.
+
+`register_framework_tasks()` imports every installed app's `tasks` module and
+the modules CairnQ backends list in OPTIONS["MODULES"]; each framework task
+built there against a CairnQ backend is registered as a handler under its row
+name (the module path, or its `cairnq_name`). The handler reads
+`{"args": [...], "kwargs": {...}}` from the payload, records the attempt on the
+row, sends the framework's `task_started`, and calls the function; the
+framework's `task_finished` follows the worker's own end-of-task signals.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from dataclasses import replace
+from importlib import import_module
+from types import ModuleType
+from typing import Any
+
+from asgiref.sync import sync_to_async
+from django.apps import apps
+from django.conf import settings
+from django.utils.module_loading import autodiscover_modules, import_string
+
+from .. import compat, signals
+from ..errors import LostLease, TaskError
+from .results import failure_envelope, split_payload, to_result, with_attempt
+from .tasks import known_tasks, row_name
+
+logger = logging.getLogger("cairnq_django.worker")
+
+
+def cairnq_backend_aliases() -> list[str]:
+    """The TASKS aliases whose backend is a CairnQBackend."""
+    from .backend import CairnQBackend
+
+    aliases = []
+    for alias, params in (getattr(settings, "TASKS", None) or {}).items():
+        try:
+            backend_class = import_string(params["BACKEND"])
+        except (ImportError, KeyError, TypeError):
+            continue
+        if isinstance(backend_class, type) and issubclass(backend_class, CairnQBackend):
+            aliases.append(alias)
+    return aliases
+
+
+def import_task_modules() -> list[ModuleType]:
+    """Import installed apps' `tasks` modules and the CairnQ backends' OPTIONS["MODULES"]."""
+    autodiscover_modules("tasks")
+    modules = [
+        sys.modules[f"{config.name}.tasks"]
+        for config in apps.get_app_configs()
+        if f"{config.name}.tasks" in sys.modules
+    ]
+    for alias in cairnq_backend_aliases():
+        modules += [import_module(name) for name in compat.task_backends[alias].modules]
+    return list(dict.fromkeys(modules))
+
+
+def register_framework_tasks(registry: Any) -> list[str]:
+    """Register the framework tasks of the discovered modules in `registry`; return their names.
+
+    Only tasks bound in those modules count, and only those a CairnQ backend
+    validated (so `known_tasks` has them).
+    """
+    names = []
+    for module in import_task_modules():
+        for value in list(vars(module).values()):
+            if not isinstance(value, compat.Task):
+                continue
+            name = row_name(value)
+            task = known_tasks.get(name)
+            if task is None or task.module_path != value.module_path or name in names:
+                continue
+            handler_class = AsyncTaskHandler if _is_coroutine(task.func) else TaskHandler
+            registry.register(name, handler_class(task), queue=task.queue_name)
+            names.append(name)
+    return names
+
+
+def _is_coroutine(func: Any) -> bool:
+    from inspect import iscoroutinefunction
+
+    return iscoroutinefunction(func)
+
+
+class TaskHandler:
+    """The CairnQ handler of one framework task: `handler(ctx, payload)`."""
+
+    def __init__(self, task: Any) -> None:
+        self.task = task
+        # The registry tells handlers apart by module and qualified name.
+        self.__module__ = task.func.__module__
+        self.__qualname__ = task.func.__qualname__
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.task.module_path}>"
+
+    def __call__(self, ctx: Any, payload: Any) -> Any:
+        args, kwargs = self.arguments(payload)
+        result = self.start(ctx)
+        try:
+            if self.task.takes_context:
+                value = self.task.call(compat.TaskContext(task_result=result), *args, **kwargs)
+            else:
+                value = self.task.call(*args, **kwargs)
+            return _returned(value)
+        except Exception as exc:
+            self.failed(ctx, exc)
+            raise
+
+    # ------------------------------------------------------------ steps
+    def arguments(self, payload: Any) -> tuple[list[Any], dict[str, Any]]:
+        split = split_payload(payload)
+        if split is None:
+            raise TaskError(
+                "invalid_payload",
+                f"The payload of framework task {self.task.module_path} must be "
+                '{"args": [...], "kwargs": {...}}.',
+                retryable=False,
+            )
+        return split
+
+    def start(self, ctx: Any) -> Any:
+        """Record this attempt on the row, then send task_started; return the TaskResult."""
+        from ..models import Task as TaskRow
+
+        metadata = with_attempt(ctx.record)
+        # Ownership as every worker write checks it: still running, still ours.
+        written = (
+            TaskRow.objects.using(ctx._store.using)
+            .filter(pk=ctx.task_id, status="running", worker_id=ctx.worker_id)
+            .update(metadata=metadata)
+        )
+        if not written:
+            raise LostLease(ctx.task_id)
+        result = to_result(self.task, replace(ctx.record, metadata=metadata), self.task.backend)
+        _send(compat.task_started, self.task, task_result=result)
+        return result
+
+    def failed(self, ctx: Any, exc: BaseException) -> None:
+        """Fail the attempt with an envelope that keeps the exception's class and traceback."""
+        envelope, retryable = failure_envelope(exc, ctx.record)
+        try:
+            ctx.fail(envelope, retryable=retryable)
+        except LostLease:
+            pass  # the worker logs the lost lease when the call ends
+
+
+class AsyncTaskHandler(TaskHandler):
+    """The handler of a framework task whose function is a coroutine."""
+
+    async def __call__(self, ctx: Any, payload: Any) -> Any:  # type: ignore[override]
+        args, kwargs = self.arguments(payload)
+        result = await sync_to_async(self.start, thread_sensitive=True)(ctx)
+        try:
+            if self.task.takes_context:
+                value = await self.task.acall(
+                    compat.TaskContext(task_result=result), *args, **kwargs
+                )
+            else:
+                value = await self.task.acall(*args, **kwargs)
+            return _returned(value)
+        except Exception as exc:
+            await sync_to_async(self.failed, thread_sensitive=True)(ctx, exc)
+            raise
+
+
+def _returned(value: Any) -> Any:
+    try:
+        return compat.normalize_json(value)
+    except (TypeError, ValueError) as exc:
+        raise TaskError(
+            "unserializable_result",
+            f"The task's return value cannot be stored as JSON: {exc}",
+            retryable=False,
+        ) from exc
+
+
+def _send(signal: Any, task: Any, **kwargs: Any) -> None:
+    from .backend import CairnQBackend
+
+    for receiver, response in signal.send_robust(CairnQBackend, **kwargs):
+        if isinstance(response, Exception):
+            logger.error(
+                "A receiver of the Tasks framework's signals (%r) raised; the task %s is "
+                "unaffected.", receiver, task.module_path, exc_info=response,
+            )
+
+
+def _finished(sender: Any, task: Any, **kwargs: Any) -> None:
+    """Send the framework's task_finished once a framework task's row is final."""
+    framework_task = known_tasks.get(task.name)
+    if framework_task is None or split_payload(task.payload) is None:
+        return
+    result = to_result(framework_task, task, framework_task.backend)
+    _send(compat.task_finished, framework_task, task_result=result)
+
+
+for _name in ("task_succeeded", "task_failed", "task_canceled"):
+    getattr(signals, _name).connect(_finished, dispatch_uid=f"cairnq_django.backends.{_name}")

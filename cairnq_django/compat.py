@@ -1,0 +1,78 @@
+"""Django's Tasks framework from wherever this Django has it.
+
+Django 6.0+ ships it as `django.tasks`; on Django 5.2 the `django-tasks`
+backport provides the same API as `django_tasks` (install
+`cairnq-django[tasks]`). This is the only module that knows which one is in
+use; everything else imports the framework's names from here.
+
+`AVAILABLE` is False when neither is importable; the other names are then
+absent, and importing `cairnq_django.backends` raises ImportError.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+
+try:
+    from django.tasks import Task, TaskContext, TaskResult, TaskResultStatus, task, task_backends
+    from django.tasks.backends.base import BaseTaskBackend
+    from django.tasks.base import (
+        DEFAULT_TASK_QUEUE_NAME,
+        TASK_MAX_PRIORITY,
+        TASK_MIN_PRIORITY,
+        TaskError,
+    )
+    from django.tasks.exceptions import InvalidTask, TaskResultDoesNotExist, TaskResultMismatch
+    from django.tasks.signals import task_enqueued, task_finished, task_started
+    from django.utils.json import normalize_json
+
+    SOURCE = "django.tasks"
+except ImportError:
+    try:
+        from django_tasks import TaskContext, TaskResult, TaskResultStatus, task, task_backends
+        from django_tasks.backends.base import BaseTaskBackend
+        from django_tasks.base import (
+            DEFAULT_TASK_QUEUE_NAME,
+            TASK_MAX_PRIORITY,
+            TASK_MIN_PRIORITY,
+            Task,
+            TaskError,
+        )
+        from django_tasks.exceptions import InvalidTaskError as InvalidTask
+        from django_tasks.exceptions import TaskResultDoesNotExist, TaskResultMismatch
+        from django_tasks.signals import task_enqueued, task_finished, task_started
+        from django_tasks.utils import normalize_json
+
+        SOURCE = "django_tasks"
+    except ImportError:
+        SOURCE = None
+
+AVAILABLE = SOURCE is not None
+
+# Django's main branch is adding task metadata (TaskResult.metadata, with
+# `_`-prefixed keys reserved for backends); the backend fills it where it exists.
+HAS_METADATA = AVAILABLE and "metadata" in {f.name for f in fields(TaskResult)}
+
+__all__ = [
+    "AVAILABLE",
+    "BaseTaskBackend",
+    "DEFAULT_TASK_QUEUE_NAME",
+    "HAS_METADATA",
+    "InvalidTask",
+    "SOURCE",
+    "TASK_MAX_PRIORITY",
+    "TASK_MIN_PRIORITY",
+    "Task",
+    "TaskContext",
+    "TaskError",
+    "TaskResult",
+    "TaskResultDoesNotExist",
+    "TaskResultMismatch",
+    "TaskResultStatus",
+    "normalize_json",
+    "task",
+    "task_backends",
+    "task_enqueued",
+    "task_finished",
+    "task_started",
+]
