@@ -188,5 +188,15 @@ def _attach_enqueue(fn: Handler, registration: Registration) -> None:
 
 
 def autodiscover() -> None:
-    """Import every installed app's `tasks` module so its handlers register."""
+    """Import every installed app's `tasks` module so its handlers register.
+
+    Framework tasks (`django.tasks`) built there, or in the modules a CairnQ
+    backend lists in OPTIONS["MODULES"], are registered under their row names.
+    """
     autodiscover_modules("tasks")
+    from .. import compat
+
+    if compat.AVAILABLE:
+        from ..backends.worker import register_framework_tasks
+
+        register_framework_tasks(registry)
