@@ -82,6 +82,25 @@ else:
 
 CAIRNQ = {}
 
+# Django's Tasks framework on the CairnQ backend (tests/test_tasks_backend*.py).
+# On Django 5.2 it comes from the django-tasks backport, whose app registers
+# the framework's checks and signal receivers.
+TASKS = {
+    "default": {
+        "BACKEND": "cairnq_django.backends.CairnQBackend",
+        "QUEUES": ["default", "tasks-other"],
+    }
+}
+try:
+    import django.tasks  # noqa: F401
+except ImportError:
+    try:
+        import django_tasks  # noqa: F401
+    except ImportError:
+        pass
+    else:
+        INSTALLED_APPS.append("django_tasks")
+
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,

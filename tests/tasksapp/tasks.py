@@ -1,0 +1,71 @@
+"""Framework tasks the worker discovers as an installed app's tasks module."""
+
+import asyncio
+import os
+
+from cairnq_django.compat import task, task_finished, task_started
+
+SIGNAL_LOG = "CAIRNQ_TASKS_SIGNAL_LOG"
+
+
+@task
+def add(a, b):
+    return a + b
+
+
+@task(queue_name="tasks-other", priority=10)
+def echo(*args, **kwargs):
+    return {"args": list(args), "kwargs": kwargs}
+
+
+@task
+async def async_add(a, b):
+    await asyncio.sleep(0)
+    return a + b
+
+
+@task(takes_context=True, max_attempts=3)
+def fail_until(context, attempt):
+    """Raise until the given attempt, then report what the context saw."""
+    if context.attempt < attempt:
+        raise RuntimeError(f"not yet: attempt {context.attempt}")
+    return {
+        "attempt": context.attempt,
+        "attempts": context.task_result.attempts,
+        "worker_ids": len(context.task_result.worker_ids),
+        "id": context.task_result.id,
+    }
+
+
+@task
+def boom(message):
+    raise ValueError(message)
+
+
+@task(cairnq_name="tests.shared_greet")
+def greet(name):
+    return f"hello {name}"
+
+
+@task
+def not_json():
+    return object()
+
+
+def _log_signal(kind, task_result, **kwargs):
+    path = os.environ.get(SIGNAL_LOG)
+    if path:
+        with open(path, "a") as log:
+            log.write(f"{kind} {task_result.id} {task_result.status}\n")
+
+
+def _started(sender, task_result, **kwargs):
+    _log_signal("started", task_result)
+
+
+def _finished(sender, task_result, **kwargs):
+    _log_signal("finished", task_result)
+
+
+task_started.connect(_started, dispatch_uid="tests.tasksapp.started")
+task_finished.connect(_finished, dispatch_uid="tests.tasksapp.finished")

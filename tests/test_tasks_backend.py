@@ -1,0 +1,233 @@
+"""CairnQBackend for Django's Tasks framework: enqueue, validation, results (no worker).
+
+Runs on Django 6.x (`django.tasks`) and on Django 5.2 with the django-tasks
+backport; tests/test_tasks_backend_worker.py runs the tasks in worker processes.
+"""
+
+import sys
+from datetime import timedelta
+
+import pytest
+from asgiref.sync import async_to_sync
+from django.db import transaction
+from django.test import override_settings
+from django.utils import timezone
+
+import cairnq_django
+from cairnq_django import compat
+
+pytestmark = pytest.mark.skipif(not compat.AVAILABLE, reason="no Tasks framework installed")
+
+if compat.AVAILABLE:
+    from cairnq_django.backends import CairnQBackend
+    from cairnq_django.backends.results import to_result
+    from tests.tasksapp import tasks
+
+
+def test_enqueue_writes_a_row_and_returns_a_ready_result(store):
+    result = tasks.add.enqueue(2, b=3)
+
+    assert result.status == compat.TaskResultStatus.READY
+    assert (result.args, result.kwargs, result.backend) == ([2], {"b": 3}, "default")
+    assert result.enqueued_at is not None and result.started_at is None
+    assert result.finished_at is None and result.worker_ids == [] and result.errors == []
+    row = cairnq_django.get(result.id)
+    assert row.name == "tests.tasksapp.tasks.add"
+    assert row.payload == {"args": [2], "kwargs": {"b": 3}}
+    assert (row.queue, row.priority, row.max_attempts, row.status) == ("default", 0, 1, "queued")
+    with pytest.raises(ValueError, match="not finished yet"):
+        result.return_value
+
+
+def test_task_options_reach_the_row(store):
+    result = tasks.echo.enqueue("x")
+    row = cairnq_django.get(result.id)
+    assert (row.queue, row.priority) == ("tasks-other", 10)
+    assert cairnq_django.get(tasks.fail_until.enqueue(1).id).max_attempts == 3
+    assert cairnq_django.get(tasks.greet.enqueue("ann").id).name == "tests.shared_greet"
+
+
+def test_enqueue_joins_the_callers_transaction(store):
+    with pytest.raises(RuntimeError):
+        with transaction.atomic():
+            rolled_back = tasks.add.enqueue(1, 1)
+            raise RuntimeError("roll back")
+    with transaction.atomic():
+        kept = tasks.add.enqueue(1, 2)
+    assert cairnq_django.get(rolled_back.id) is None
+    assert cairnq_django.get(kept.id) is not None
+
+
+def test_arguments_must_be_json(store):
+    before = len(cairnq_django.list_tasks())
+    with pytest.raises(TypeError, match="Unsupported type"):
+        tasks.add.enqueue(object(), 1)
+    with pytest.raises(cairnq_django.SerializationError):
+        tasks.add.enqueue(float("nan"), 1)
+    assert len(cairnq_django.list_tasks()) == before
+    # What JSON can say is normalized the framework's way: tuples become lists.
+    assert tasks.echo.enqueue((1, 2)).args == [[1, 2]]
+
+
+def test_unknown_queue_is_refused(store):
+    with pytest.raises(compat.InvalidTask, match="Queue 'nope' is not valid for backend."):
+        tasks.add.using(queue_name="nope")
+    assert tasks.add.using(queue_name="tasks-other").enqueue(1, 1).task.queue_name == "tasks-other"
+
+
+@pytest.mark.parametrize("priority", [-101, 101, 1.5])
+def test_priority_outside_the_framework_range_is_refused(store, priority):
+    with pytest.raises(compat.InvalidTask, match="priority must be a whole number between -100 and 100"):
+        tasks.add.using(priority=priority)
+
+
+def test_priority_keeps_its_order_in_the_queue(store):
+    ids = {p: tasks.add.using(priority=p).enqueue(0, p).id for p in (-100, 0, 100, -5, 50)}
+    assert {p: cairnq_django.get(i).priority for p, i in ids.items()} == {
+        p: p for p in ids
+    }
+    claimed = store.claim(queues=["default"], worker_id="w", limit=5)
+    assert [row.id for row in claimed] == [ids[p] for p in (100, 50, 0, -5, -100)]
+
+
+def test_run_after_becomes_the_run_time(store):
+    later = timezone.now() + timedelta(hours=1)
+    result = tasks.add.using(run_after=later).enqueue(1, 1)
+    row = cairnq_django.get(result.id)
+    assert abs(row.run_at_ms - later.timestamp() * 1000) < 1_000
+    assert store.claim(queues=["default"], worker_id="w", limit=5) == []
+
+
+def test_run_after_must_be_aware(store):
+    naive = timezone.now().replace(tzinfo=None)
+    with pytest.raises(compat.InvalidTask, match="run_after must be an aware datetime."):
+        tasks.add.using(run_after=naive)
+
+
+def test_takes_context_needs_a_context_argument():
+    def no_context(x):
+        return x
+
+    no_context.__qualname__ = "no_context"  # module-level, as far as the check can tell
+    with pytest.raises(compat.InvalidTask, match="first argument of 'context'"):
+        compat.task(takes_context=True)(no_context)
+
+
+def test_cairnq_options_are_validated():
+    with pytest.raises(compat.InvalidTask, match="max_attempts must be an integer >= 1"):
+        tasks.add.using(max_attempts=0)
+    with pytest.raises(compat.InvalidTask, match="Unknown conflict strategy 'merge'"):
+        tasks.add.using(conflict="merge")
+
+
+def test_a_key_with_a_conflict_strategy(store):
+    first = tasks.add.using(key="sum:1").enqueue(1, 1)
+    assert tasks.add.using(key="sum:1").enqueue(1, 1).id == first.id  # reuse
+    with pytest.raises(cairnq_django.AlreadyExists):
+        tasks.add.using(key="sum:1", conflict="reject").enqueue(1, 1)
+
+
+def test_async_tasks_and_the_async_api(store):
+    async def run():
+        result = await tasks.async_add.aenqueue(1, 2)
+        fetched = await tasks.async_add.aget_result(result.id)
+        return result, fetched
+
+    result, fetched = async_to_sync(run)()
+    assert fetched.id == result.id and fetched.args == [1, 2]
+    assert cairnq_django.get(result.id).name == "tests.tasksapp.tasks.async_add"
+
+
+def test_get_result_reads_the_row(store):
+    result = tasks.add.enqueue(4, 5)
+    fetched = tasks.add.get_result(result.id)
+    assert (fetched.id, fetched.task, fetched.args) == (result.id, tasks.add, [4, 5])
+    assert compat.task_backends["default"].get_result(result.id).status == "READY"
+
+
+def test_get_result_of_an_unknown_id_raises(store):
+    backend = compat.task_backends["default"]
+    with pytest.raises(compat.TaskResultDoesNotExist):
+        backend.get_result("task_00000000000000000000000000")
+    with pytest.raises(compat.TaskResultDoesNotExist):
+        tasks.add.get_result("nope")
+
+
+def test_get_result_of_a_row_that_is_no_framework_task_raises(store):
+    plain = cairnq_django.enqueue("tests.echo", {"x": 1})
+    with pytest.raises(compat.TaskResultDoesNotExist):
+        compat.task_backends["default"].get_result(plain.id)
+
+
+def test_get_result_never_imports_the_path_a_row_names(store):
+    module = "tests.tasksapp.undiscovered"
+    sys.modules.pop(module, None)
+    row = cairnq_django.enqueue(f"{module}.side_effect", {"args": [], "kwargs": {}})
+    with pytest.raises(compat.TaskResultDoesNotExist):
+        compat.task_backends["default"].get_result(row.id)
+    assert module not in sys.modules
+
+
+def test_get_result_of_another_task_is_a_mismatch(store):
+    result = tasks.add.enqueue(1, 1)
+    with pytest.raises(compat.TaskResultMismatch):
+        tasks.boom.get_result(result.id)
+
+
+def test_a_canceled_task_reads_as_failed_and_keeps_its_status(store):
+    result = tasks.add.enqueue(1, 1)
+    cairnq_django.cancel(result.id)
+    result.refresh()
+    assert result.status == compat.TaskResultStatus.FAILED and result.is_finished
+    assert [e.exception_class_path for e in result.errors] == ["cairnq_django.errors.TaskCanceled"]
+    assert result.errors[0].exception_class is cairnq_django.TaskCanceled
+    assert cairnq_django.get(result.id).status == "canceled"
+    with pytest.raises(ValueError, match="Task failed"):
+        result.return_value
+
+
+def test_the_row_maps_onto_the_result(store):
+    result = tasks.add.enqueue(1, 2)
+    row = store.claim(queues=["default"], worker_id="worker_a", limit=1)[0]
+    done = store.complete(row.id, "worker_a", 3)
+    mapped = to_result(tasks.add, done, "default")
+    assert mapped.status == compat.TaskResultStatus.SUCCESSFUL and mapped.return_value == 3
+    assert mapped.finished_at is not None and mapped.worker_ids == ["worker_a"]
+    assert mapped.attempts == 1
+    result.refresh()
+    assert result.status == compat.TaskResultStatus.SUCCESSFUL and result.return_value == 3
+
+
+def test_enqueue_sends_task_enqueued(store):
+    seen = []
+
+    def receiver(sender, task_result, **kwargs):
+        seen.append((sender, task_result.id))
+
+    compat.task_enqueued.connect(receiver)
+    try:
+        result = tasks.add.enqueue(1, 1)
+    finally:
+        compat.task_enqueued.disconnect(receiver)
+    assert seen == [(CairnQBackend, result.id)]
+
+
+def test_capabilities():
+    backend = compat.task_backends["default"]
+    assert isinstance(backend, CairnQBackend)
+    assert (backend.supports_defer, backend.supports_async_task) == (True, True)
+    assert (backend.supports_get_result, backend.supports_priority) == (True, True)
+
+
+def test_check_reports_bad_options():
+    config = {
+        "default": {
+            "BACKEND": "cairnq_django.backends.CairnQBackend",
+            "OPTIONS": {"MAX_ATEMPTS": 2, "DATABASE": "elsewhere", "MODULES": ["no.such.module"]},
+        }
+    }
+    with override_settings(TASKS=config):
+        ids = [e.id for e in compat.task_backends["default"].check()]
+    assert ids == ["cairnq.E101", "cairnq.E102", "cairnq.E104"]
+    with override_settings(TASKS={"default": {**config["default"], "OPTIONS": {}}}):
+        assert compat.task_backends["default"].check() == []
