@@ -52,6 +52,9 @@ DEFAULTS: dict[str, Any] = {
     # How often a worker refreshes its row in the workers table; it counts as
     # gone after three intervals without one.
     "WORKER_REPORT_INTERVAL": 10_000,
+    # A secret that lets a scraper read the metrics view without a login
+    # (sent as "Authorization: Bearer <token>"); None: staff with view permission only.
+    "METRICS_TOKEN": None,
     # Periodic tasks: {name: {"task": ..., "cron": ... or "every": ..., ...}}
     # (see cairnq_django/schedules/config.py); workers run them by default.
     "SCHEDULE": None,

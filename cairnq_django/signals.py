@@ -7,6 +7,14 @@ task_started, as written by the settling statement otherwise), and `duration`
 task_retrying also carry `error` (the JSON error envelope); task_retrying
 carries `delay_ms` (its backoff). Receivers run on the worker's threads; an
 exception in a receiver is logged and never affects the task.
+
+task_lease_lost is sent (with `task` as claimed and `duration`) when an attempt
+ends without writing its outcome because the lease was gone: another worker
+recovered the task or it was finished elsewhere. heartbeat_late is sent with
+`worker` and `error` (a HeartbeatLate) when a heartbeat ran more than one
+interval late.
+
+cairnq_django.observability.metrics and .tracing are receivers of these.
 """
 
 from django.dispatch import Signal
@@ -16,3 +24,5 @@ task_succeeded = Signal()
 task_failed = Signal()
 task_retrying = Signal()
 task_canceled = Signal()
+task_lease_lost = Signal()
+heartbeat_late = Signal()

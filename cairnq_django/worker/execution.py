@@ -262,6 +262,7 @@ class Execution:
                 "%s lost its lease after %.3fs; another worker owns it now and "
                 "nothing more was written for this attempt.", where, duration,
             )
+            self._send(signals.task_lease_lost, task=ctx.record, duration=duration)
             return
         error = row.error if row.status != "succeeded" else None
         code = error.get("code") if isinstance(error, dict) else None

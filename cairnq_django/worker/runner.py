@@ -25,6 +25,7 @@ from typing import Any
 from django.db import connections
 from django.utils.module_loading import import_string
 
+from .. import signals
 from ..conf import cairnq_settings
 from ..errors import HeartbeatLate, ProtocolVersionMismatch
 from ..ids import ulid
@@ -202,6 +203,7 @@ class Worker:
         self._call_on_error(
             late, {"phase": "execute", "worker_id": self.worker_id, "task_ids": late.task_ids}
         )
+        self.execution._send(signals.heartbeat_late, error=late)
 
     def _call_on_error(self, exc: BaseException, context: dict[str, Any]) -> None:
         if self._on_error is None:

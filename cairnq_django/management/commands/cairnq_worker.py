@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 
+from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 
 from ...conf import cairnq_settings
@@ -99,6 +100,16 @@ class Command(BaseCommand):
             help="Do not enqueue the periodic tasks of CAIRNQ['SCHEDULE'] from this worker "
             "(other workers still do; each occurrence is enqueued once whichever runs it).",
         )
+        parser.add_argument(
+            "--metrics-port", type=_non_negative_int, metavar="PORT",
+            help="Serve this worker's Prometheus counters and histograms on "
+            "http://ADDR:PORT/metrics (needs prometheus_client; 0 picks a free port, "
+            "logged at start). Give each worker on a host its own port.",
+        )
+        parser.add_argument(
+            "--metrics-addr", default="0.0.0.0", metavar="ADDR",
+            help="Address the --metrics-port server listens on. Default: 0.0.0.0.",
+        )
 
     def handle(self, *args, **options):
         from ...worker import Worker
@@ -123,6 +134,12 @@ class Command(BaseCommand):
             )
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
+        if options["metrics_port"] is not None:
+            try:
+                from ...observability.metrics import serve_worker_metrics
+            except ImproperlyConfigured as exc:
+                raise CommandError(str(exc)) from exc
+            serve_worker_metrics(options["metrics_port"], options["metrics_addr"])
         worker.install_signal_handlers()
         worker.run()
 
