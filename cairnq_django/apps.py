@@ -13,3 +13,10 @@ class CairnQConfig(AppConfig):
         from . import waiting, wakeup
 
         waiting.set_done_sleeper(wakeup.sleep_until_done, wakeup.asleep_until_done)
+
+        from .conf import cairnq_settings
+
+        if cairnq_settings.OPENTELEMETRY:
+            from .observability import tracing
+
+            tracing.connect()

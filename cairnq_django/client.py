@@ -12,7 +12,7 @@ from asgiref.sync import sync_to_async
 from django.db import DEFAULT_DB_ALIAS, transaction
 from django.utils import timezone
 
-from . import validators, waiting
+from . import signals, validators, waiting
 from .backpressure import wait_for_headroom
 from .conf import cairnq_settings, to_ms
 from .records import CONFLICTS, TaskRecord
@@ -77,25 +77,36 @@ def enqueue(
             f"Unknown conflict strategy {conflict!r}; use one of {', '.join(CONFLICTS)}."
         )
     _check_key(key)
-    spec = store.prepare(
-        name,
-        payload,
-        queue=queue,
-        max_attempts=max_attempts,
-        priority=priority,
-        metadata=metadata,
-        correlation_id=correlation_id,
-        delay_ms=_delay_ms(delay, run_at),
-    )
-    if on_commit is None:
-        on_commit = cairnq_settings.ENQUEUE_ON_COMMIT
-    if on_commit:
-        pending = PendingTask(id=spec["id"], name=name, queue=queue, key=key)
-        transaction.on_commit(
-            partial(_write, store, spec, key, conflict, pending), using=DEFAULT_DB_ALIAS
+    metadata, announced = signals.enqueuing(name, queue, metadata)
+    try:
+        spec = store.prepare(
+            name,
+            payload,
+            queue=queue,
+            max_attempts=max_attempts,
+            priority=priority,
+            metadata=metadata,
+            correlation_id=correlation_id,
+            delay_ms=_delay_ms(delay, run_at),
         )
-        return pending
-    return _write(store, spec, key, conflict)
+        if on_commit is None:
+            on_commit = cairnq_settings.ENQUEUE_ON_COMMIT
+        if on_commit:
+            task: TaskRecord | PendingTask = PendingTask(
+                id=spec["id"], name=name, queue=queue, key=key
+            )
+            transaction.on_commit(
+                partial(_write, store, spec, key, conflict, task), using=DEFAULT_DB_ALIAS
+            )
+        else:
+            task = _write(store, spec, key, conflict)
+    except BaseException as exc:
+        if announced:
+            signals.enqueued(metadata, error=exc)
+        raise
+    if announced:
+        signals.enqueued(metadata, task=task)
+    return task
 
 
 def _write(store, spec, key, conflict, pending: PendingTask | None = None) -> TaskRecord:
@@ -123,46 +134,64 @@ def enqueue_many(
     any of enqueue()'s keyword options.
     """
     store = get_store(using)
-    specs, keys = [], []
+    specs, keys, announced = [], [], []
     plain_key = (None, "reuse")
-    for index, item in enumerate(tasks):
-        if isinstance(item, tuple):
-            # (name, payload) takes every default: nothing else to look up.
-            if not 1 <= len(item) <= 2:
-                raise ValueError(
-                    f"enqueue_many item {index} must be (name,) or (name, payload); "
-                    f"got a tuple of {len(item)}."
+    try:
+        for index, item in enumerate(tasks):
+            if isinstance(item, tuple):
+                # (name, payload) takes every default: nothing else to look up.
+                if not 1 <= len(item) <= 2:
+                    raise ValueError(
+                        f"enqueue_many item {index} must be (name,) or (name, payload); "
+                        f"got a tuple of {len(item)}."
+                    )
+                metadata, sent = signals.enqueuing(item[0], "default", None)
+                if sent:
+                    announced.append((len(specs), metadata))
+                specs.append(
+                    store.prepare(item[0], item[1] if len(item) == 2 else None, metadata=metadata)
                 )
-            specs.append(store.prepare(item[0], item[1] if len(item) == 2 else None))
-            keys.append(plain_key)
-            continue
-        item = dict(item)
-        unknown = set(item) - _MANY_OPTIONS - {"name", "payload"}
-        if unknown or "name" not in item:
-            raise ValueError(
-                f"enqueue_many item {index} needs 'name' and takes only "
-                f"{', '.join(sorted(_MANY_OPTIONS | {'payload'}))}; got {sorted(item)}."
+                keys.append(plain_key)
+                continue
+            item = dict(item)
+            unknown = set(item) - _MANY_OPTIONS - {"name", "payload"}
+            if unknown or "name" not in item:
+                raise ValueError(
+                    f"enqueue_many item {index} needs 'name' and takes only "
+                    f"{', '.join(sorted(_MANY_OPTIONS | {'payload'}))}; got {sorted(item)}."
+                )
+            conflict = item.get("conflict", "reuse")
+            if conflict not in CONFLICTS:
+                raise ValueError(f"enqueue_many item {index}: unknown conflict {conflict!r}.")
+            metadata, sent = signals.enqueuing(
+                item["name"], item.get("queue", "default"), item.get("metadata")
             )
-        conflict = item.get("conflict", "reuse")
-        if conflict not in CONFLICTS:
-            raise ValueError(f"enqueue_many item {index}: unknown conflict {conflict!r}.")
-        specs.append(
-            store.prepare(
-                item["name"],
-                item.get("payload"),
-                queue=item.get("queue", "default"),
-                max_attempts=item.get("max_attempts", 3),
-                priority=item.get("priority", 0),
-                metadata=item.get("metadata"),
-                correlation_id=item.get("correlation_id"),
-                delay_ms=_delay_ms(item.get("delay"), item.get("run_at")),
+            if sent:
+                announced.append((len(specs), metadata))
+            specs.append(
+                store.prepare(
+                    item["name"],
+                    item.get("payload"),
+                    queue=item.get("queue", "default"),
+                    max_attempts=item.get("max_attempts", 3),
+                    priority=item.get("priority", 0),
+                    metadata=metadata,
+                    correlation_id=item.get("correlation_id"),
+                    delay_ms=_delay_ms(item.get("delay"), item.get("run_at")),
+                )
             )
-        )
-        _check_key(item.get("key"))
-        keys.append((item.get("key"), conflict))
-    for queue in {spec["queue"] for spec in specs}:
-        wait_for_headroom(store, queue)
-    return store.submit_many(specs, keys=keys)
+            _check_key(item.get("key"))
+            keys.append((item.get("key"), conflict))
+        for queue in {spec["queue"] for spec in specs}:
+            wait_for_headroom(store, queue)
+        written = store.submit_many(specs, keys=keys)
+    except BaseException as exc:
+        for _, metadata in announced:
+            signals.enqueued(metadata, error=exc)
+        raise
+    for index, metadata in announced:
+        signals.enqueued(metadata, task=written[index])
+    return written
 
 
 def get(task_id: str, *, using: str | None = None) -> TaskRecord | None:

@@ -55,6 +55,8 @@ DEFAULTS: dict[str, Any] = {
     # A secret that lets a scraper read the metrics view without a login
     # (sent as "Authorization: Bearer <token>"); None: staff with view permission only.
     "METRICS_TOKEN": None,
+    # Trace enqueues and handler attempts with OpenTelemetry (needs opentelemetry-api).
+    "OPENTELEMETRY": False,
     # Periodic tasks: {name: {"task": ..., "cron": ... or "every": ..., ...}}
     # (see cairnq_django/schedules/config.py); workers run them by default.
     "SCHEDULE": None,

@@ -14,10 +14,25 @@ recovered the task or it was finished elsewhere. heartbeat_late is sent with
 `worker` and `error` (a HeartbeatLate) when a heartbeat ran more than one
 interval late.
 
+Two more are sent where tasks are enqueued (enqueue(), enqueue_many(),
+ctx.submit()), on the caller's thread, with `sender` = None. task_enqueuing
+comes before the row is written, with `name`, `queue`, `metadata` (the dict
+that will be stored: a receiver may add keys to it, as tracing adds
+`traceparent`) and `parent` (the submitting task's TaskRecord for ctx.submit(),
+else None). task_enqueued follows with the same `metadata` dict, `task` (the
+TaskRecord written or reused; for on_commit=True the PendingTask, sent when
+the write is deferred) and `error` (the exception if the write raised, else
+None). An exception in these receivers is logged and never affects the enqueue.
+
 cairnq_django.observability.metrics and .tracing are receivers of these.
 """
 
+import logging
+from typing import Any
+
 from django.dispatch import Signal
+
+logger = logging.getLogger("cairnq_django")
 
 task_started = Signal()
 task_succeeded = Signal()
@@ -26,3 +41,33 @@ task_retrying = Signal()
 task_canceled = Signal()
 task_lease_lost = Signal()
 heartbeat_late = Signal()
+task_enqueuing = Signal()
+task_enqueued = Signal()
+
+
+def enqueuing(name: str, queue: str, metadata: Any, parent: Any = None) -> tuple[Any, bool]:
+    """Send task_enqueuing if anyone listens; return (metadata to store, whether it was sent).
+
+    The receivers get a copy of the caller's metadata, so what they add never
+    changes the caller's dict. Metadata that is not a dict is left for the
+    store to refuse.
+    """
+    if not task_enqueuing.receivers or not (metadata is None or isinstance(metadata, dict)):
+        return metadata, False
+    metadata = dict(metadata or {})
+    _send(task_enqueuing, name=name, queue=queue, metadata=metadata, parent=parent)
+    return metadata, True
+
+
+def enqueued(metadata: Any, task: Any = None, error: BaseException | None = None) -> None:
+    """Send task_enqueued, the pair of a task_enqueuing that was sent."""
+    _send(task_enqueued, metadata=metadata, task=task, error=error)
+
+
+def _send(signal: Signal, **kwargs: Any) -> None:
+    for receiver, response in signal.send_robust(sender=None, **kwargs):
+        if isinstance(response, Exception):
+            logger.error(
+                "A receiver of a cairnq_django signal (%r) raised; the enqueue is unaffected.",
+                receiver, exc_info=response,
+            )

@@ -23,6 +23,7 @@ from typing import Any
 
 from django.db import close_old_connections, transaction
 
+from .. import signals
 from ..backpressure import wait_for_headroom
 from ..errors import LostLease
 from ..records import TaskRecord
@@ -344,11 +345,22 @@ class TaskContext:
             options["delay_ms"] = _delay_ms(options.pop("delay", None), options.pop("run_at", None))
         key = options.pop("key", None)
         conflict = options.pop("conflict", "reuse")
-        wait_for_headroom(self._store, options["queue"])
-        return self._store.submit(
-            name, payload, key=key, conflict=conflict,
-            parent_id=self.task_id, root_id=self.root_id or self.task_id, **options,
+        options["metadata"], announced = signals.enqueuing(
+            name, options["queue"], options.get("metadata"), parent=self.record
         )
+        try:
+            wait_for_headroom(self._store, options["queue"])
+            child = self._store.submit(
+                name, payload, key=key, conflict=conflict,
+                parent_id=self.task_id, root_id=self.root_id or self.task_id, **options,
+            )
+        except BaseException as exc:
+            if announced:
+                signals.enqueued(options["metadata"], error=exc)
+            raise
+        if announced:
+            signals.enqueued(options["metadata"], task=child)
+        return child
 
     # ------------------------------------------------------------ async twins
     async def _run_db(self, fn: Callable[[], Any]) -> Any:
