@@ -598,3 +598,7 @@ class TaskAdmin(admin.ModelAdmin):
     @admin.display(description=_("error"))
     def error_json(self, task):
         return _json_block(self._raw(task, "error"))
+
+
+# The schedules page lives with the scheduler; importing it registers it.
+from .schedules import admin as _schedules_admin  # noqa: E402,F401

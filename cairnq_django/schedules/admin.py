@@ -1,0 +1,135 @@
+"""The admin's schedules page: each schedule, its next and last run, and run now / pause / resume.
+
+The page lists the schedules of settings.CAIRNQ['SCHEDULE'] (merged with their
+state rows; a row whose schedule left settings is shown as stopped). The
+actions call the same operations as `manage.py cairnq_schedule`, each behind
+its own permission (run_schedule, pause_schedule), POST only, and each leaves
+an admin log entry.
+"""
+
+from __future__ import annotations
+
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.http import HttpResponseNotAllowed, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import NoReverseMatch, reverse
+from django.utils.translation import gettext as _
+
+from ..conf import cairnq_settings
+from . import state
+from .models import ScheduleState
+from .overview import ScheduleView, find_schedule, schedule_views
+
+NEXT_SHOWN = 3
+
+# Action -> (permission codename, what it does).
+ACTIONS = {
+    "run": "run_schedule",
+    "pause": "pause_schedule",
+    "resume": "pause_schedule",
+}
+
+
+def _when(moment) -> str:
+    """A time in the schedule's own zone, as the command prints it (not the site's zone)."""
+    return moment.strftime("%Y-%m-%d %H:%M:%S %Z") if moment is not None else "-"
+
+
+@admin.register(ScheduleState)
+class ScheduleAdmin(admin.ModelAdmin):
+    """One page, not a model list: the state table alone does not say what is scheduled."""
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+    def can(self, request, action: str) -> bool:
+        return request.user.has_perm(f"{self.opts.app_label}.{ACTIONS[action]}")
+
+    @property
+    def using(self) -> str:
+        return cairnq_settings.DATABASE
+
+    def changelist_view(self, request, extra_context=None):
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        if request.method == "POST":
+            return self._act(request)
+        if request.method not in ("GET", "HEAD"):
+            return HttpResponseNotAllowed(["GET", "POST"])
+        rows = [self._row(view) for view in schedule_views(self.using, count=NEXT_SHOWN)]
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": _("Schedules"),
+            "rows": rows,
+            "can_run": self.can(request, "run"),
+            "can_pause": self.can(request, "pause"),
+            **(extra_context or {}),
+        }
+        return TemplateResponse(
+            request, "admin/cairnq_django/schedulestate/change_list.html", context
+        )
+
+    def _row(self, view: ScheduleView) -> dict:
+        row = view.state
+        last_url = None
+        if row is not None and row.last_task_id:
+            try:
+                last_url = reverse("admin:cairnq_django_task_change", args=[row.last_task_id])
+            except NoReverseMatch:
+                pass
+        return {
+            "name": view.name,
+            "schedule": view.schedule,
+            "paused": view.paused,
+            "next": [_when(view.local(ms)) for ms in view.next_ms],
+            "last_at": _when(view.local(row.last_enqueued_at_ms)) if row else None,
+            "last_task_id": row.last_task_id if row else None,
+            "last_url": last_url,
+            "last_status": (
+                view.last_task.status if view.last_task
+                else (_("purged") if row and row.last_task_id else None)
+            ),
+        }
+
+    def _act(self, request):
+        action, name = request.POST.get("action"), request.POST.get("schedule", "")
+        back = HttpResponseRedirect(request.path)
+        if action not in ACTIONS:
+            self.message_user(request, _("Unknown action."), messages.ERROR)
+            return back
+        if not self.can(request, action):
+            raise PermissionDenied
+        try:
+            schedule = find_schedule(name)
+        except LookupError as exc:
+            self.message_user(request, str(exc), messages.ERROR)
+            return back
+        if action == "run":
+            task = state.run_now(self.using, schedule)
+            text = _("Enqueued %(task)s %(id)s for schedule “%(name)s”.") % {
+                "task": schedule.task, "id": task.id, "name": name,
+            }
+            done = True
+        else:
+            done = state.set_paused(self.using, name, action == "pause")
+            if action == "pause":
+                text = _("Paused “%(name)s”.") if done else _("“%(name)s” was already paused.")
+            else:
+                text = (
+                    _("Resumed “%(name)s”; it carries on from now.") if done
+                    else _("“%(name)s” was not paused.")
+                )
+            text = text % {"name": name}
+        if done:
+            obj = ScheduleState.objects.using(self.using).get(name=name)
+            self.log_change(request, obj, [{"changed": {"fields": [action]}}])
+        self.message_user(request, text, messages.SUCCESS if done else messages.WARNING)
+        return back
