@@ -1,0 +1,193 @@
+"""cairnq_django.testing: drain and inline modes, inside the test's transaction."""
+
+import pytest
+from django.db import transaction
+from django.test import TestCase, override_settings
+
+import cairnq_django
+from cairnq_django import compat
+from cairnq_django.testing import (  # noqa: F401  (the fixtures are used by name)
+    TaskRunner,
+    cairnq_tasks,
+    cairnq_tasks_inline,
+    run_tasks,
+)
+from cairnq_django.worker.registry import registry
+
+
+@pytest.fixture(autouse=True)
+def framework_tasks():
+    """Discover tests.tasksapp's framework tasks for these tests only."""
+    if not compat.AVAILABLE:
+        yield
+        return
+    from django.conf import settings
+
+    from cairnq_django.backends.worker import TaskHandler
+
+    config = {**settings.TASKS["default"], "OPTIONS": {"MODULES": ["tests.tasksapp.tasks"]}}
+    with override_settings(TASKS={"default": config}):
+        yield
+    # Other tests' in-process workers should not serve these names.
+    for name, registration in list(registry.handlers.items()):
+        if isinstance(registration.fn, TaskHandler):
+            registry.unregister(name)
+
+
+def test_drain_runs_what_was_enqueued(cairnq_tasks):
+    first = cairnq_django.enqueue("tests.echo", {"n": 1})
+    second = cairnq_django.enqueue("tests.echo", {"n": 2})
+    assert cairnq_django.get(first.id).status == "queued"  # nothing runs before drain()
+
+    ran = cairnq_tasks.drain()
+
+    # Tasks due in the same millisecond run in id order, which is random within it.
+    assert sorted((r.task.id, r.task.payload["n"]) for r in ran) == sorted(
+        [(first.id, 1), (second.id, 2)]
+    )
+    assert all(r.task.result == {"echo": r.task.payload, "attempt": 1} for r in ran)
+    assert cairnq_django.get(first.id).status == "succeeded"
+    assert cairnq_tasks.drain() == []
+
+
+def test_drain_leaves_names_without_a_handler_and_later_tasks(cairnq_tasks):
+    stray = cairnq_django.enqueue("no.such.handler")
+    later = cairnq_django.enqueue("tests.echo", delay=60_000)
+    assert cairnq_tasks.drain() == []
+    assert cairnq_django.get(stray.id).status == "queued"
+    assert cairnq_django.get(later.id).status == "queued"
+
+
+def test_a_failure_is_final_without_retries_and_recorded(cairnq_tasks):
+    task = cairnq_django.enqueue("tests.flaky", {"succeed_on": 2}, max_attempts=3)
+    [attempt] = cairnq_tasks.drain()
+    assert attempt.status == "failed" and attempt.task.attempt == 1
+    assert isinstance(attempt.exception, RuntimeError)
+    assert cairnq_django.get(task.id).error["code"] == "handler_error"
+
+
+def test_raise_exceptions_reraises_the_handlers_error(cairnq_tasks):
+    cairnq_django.enqueue("tests.permanent")
+    with pytest.raises(cairnq_django.TaskError, match="The input is not acceptable."):
+        cairnq_tasks.drain(raise_exceptions=True)
+
+
+def test_retries_run_again_at_once(db):
+    task = cairnq_django.enqueue("tests.flaky", {"succeed_on": 2}, max_attempts=3)
+    with run_tasks(retries=True) as tasks:
+        ran = tasks.drain()
+    assert [r.status for r in ran] == ["queued", "succeeded"]
+    assert cairnq_django.get(task.id).result == {"attempt": 2}
+
+
+def test_inline_runs_at_once_outside_a_transaction(cairnq_tasks_inline):
+    task = cairnq_django.enqueue("tests.echo", {"n": 1})
+    assert cairnq_django.get(task.id).status == "succeeded"
+    assert [r.task.id for r in cairnq_tasks_inline.ran] == [task.id]
+
+
+def test_inline_waits_for_the_transaction_to_commit(cairnq_tasks_inline):
+    with transaction.atomic():
+        task = cairnq_django.enqueue("tests.echo", {"n": 1})
+        with transaction.atomic():
+            pass  # an inner block that commits is not the transaction's end
+        assert cairnq_django.get(task.id).status == "queued"
+    assert cairnq_django.get(task.id).status == "succeeded"
+
+
+def test_inline_never_runs_a_task_whose_block_rolled_back(cairnq_tasks_inline):
+    with pytest.raises(RuntimeError):
+        with transaction.atomic():
+            cairnq_django.enqueue("tests.echo", {"n": "rolled back"})
+            raise RuntimeError("roll back")
+    with transaction.atomic():
+        kept = cairnq_django.enqueue("tests.echo", {"n": "kept"})
+        try:
+            with transaction.atomic():
+                cairnq_django.enqueue("tests.echo", {"n": "savepoint rolled back"})
+                raise RuntimeError("roll back the savepoint only")
+        except RuntimeError:
+            pass
+    assert [r.task.id for r in cairnq_tasks_inline.ran] == [kept.id]
+    assert [t.payload["n"] for t in cairnq_django.list_tasks()] == ["kept"]
+
+
+def test_inline_runs_enqueue_many_and_children(cairnq_tasks_inline):
+    rows = cairnq_django.enqueue_many([("tests.echo", {"n": 1}), ("tests.echo", {"n": 2})])
+    assert {cairnq_django.get(r.id).status for r in rows} == {"succeeded"}
+
+
+def test_inline_exceptions_are_raised_at_the_end_when_asked(db):
+    with pytest.raises(cairnq_django.TaskError):
+        with run_tasks(inline=True, raise_exceptions=True):
+            cairnq_django.enqueue("tests.permanent")
+            # The enqueue itself did not raise: the error surfaces here.
+    with run_tasks(inline=True) as tasks:
+        cairnq_django.enqueue("tests.permanent")
+    assert isinstance(tasks.ran[0].exception, cairnq_django.TaskError)
+
+
+@pytest.mark.skipif(not compat.AVAILABLE, reason="no Tasks framework installed")
+def test_framework_tasks_inline_and_drained(db):
+    from tests.tasksapp import tasks
+
+    finished = []
+
+    def receiver(sender, task_result, **kwargs):
+        finished.append((task_result.id, task_result.status))
+
+    compat.task_finished.connect(receiver)
+    try:
+        with run_tasks(inline=True):
+            inline = tasks.add.enqueue(1, 2)
+        with run_tasks() as runner:
+            drained = tasks.fail_until.enqueue(attempt=1)
+            failed = tasks.boom.enqueue("no")
+            runner.drain()
+    finally:
+        compat.task_finished.disconnect(receiver)
+
+    inline.refresh()
+    assert inline.status == "SUCCESSFUL" and inline.return_value == 3
+    drained.refresh()
+    assert drained.return_value["attempt"] == 1
+    failed.refresh()
+    assert failed.status == "FAILED"
+    assert failed.errors[0].exception_class_path == "builtins.ValueError"
+    assert finished[0] == (inline.id, "SUCCESSFUL")
+    assert sorted(finished[1:]) == sorted([(drained.id, "SUCCESSFUL"), (failed.id, "FAILED")])
+
+
+def test_inline_after_a_real_commit(live_store):
+    with run_tasks(inline=True) as tasks:
+        with transaction.atomic():
+            task = cairnq_django.enqueue("tests.echo", {"n": 1})
+            assert cairnq_django.get(task.id).status == "queued"
+        assert cairnq_django.get(task.id).status == "succeeded"
+    assert len(tasks.ran) == 1
+
+
+class DjangoTestCaseUsage(TestCase):
+    """The helpers in a plain Django TestCase, as the docs show them."""
+
+    def test_drain(self):
+        runner = self.enterContext(run_tasks())
+        task = cairnq_django.enqueue("tests.echo", {"n": 1})
+        self.assertEqual([r.task.id for r in runner.drain()], [task.id])
+
+    def test_inline(self):
+        self.enterContext(run_tasks(inline=True))
+        with transaction.atomic():
+            task = cairnq_django.enqueue("tests.echo", {"n": 1})
+        self.assertEqual(cairnq_django.get(task.id).status, "succeeded")
+
+
+def test_a_runner_uses_the_registry_it_is_given(db):
+    from cairnq_django.worker.registry import Registry
+
+    only = Registry()
+    only.register("only.this", lambda ctx, payload: "done")
+    cairnq_django.enqueue("tests.echo")
+    task = cairnq_django.enqueue("only.this")
+    ran = TaskRunner(registry=only).drain()
+    assert [r.task.id for r in ran] == [task.id]
