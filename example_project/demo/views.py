@@ -12,6 +12,7 @@ from django.views.decorators.http import require_GET, require_http_methods
 import cairnq_django
 
 from .forms import EmailForm
+from .tasks import deliver_email
 
 RECENT_TASKS = 20
 
@@ -55,8 +56,13 @@ def index(request):
         with transaction.atomic():
             # The task row commits with everything else this transaction
             # writes, or not at all: a worker never sees a half-done request.
-            task = cairnq_django.enqueue("send_email", form.cleaned_data)
-        messages.success(request, f"Queued send_email as task {task.id}.")
+            if request.POST.get("via") == "framework":
+                task = deliver_email.enqueue(**form.cleaned_data)
+                name = "deliver_email (django.tasks)"
+            else:
+                task = cairnq_django.enqueue("send_email", form.cleaned_data)
+                name = "send_email"
+        messages.success(request, f"Queued {name} as task {task.id}.")
         return redirect("demo:index")
     return render(request, "demo/index.html", {"form": form, "tasks": recent_tasks()})
 

@@ -85,6 +85,16 @@ CAIRNQ = {
     },
 }
 
+# Django's Tasks framework on the CairnQ tables: demo/tasks.py has one
+# framework @task beside the CairnQ handler, and the same worker runs both.
+# Django 6 has the framework built in; on Django 5.2 it is the django-tasks
+# backport (pip install "cairnq-django[tasks]"), an app of its own.
+TASKS = {"default": {"BACKEND": "cairnq_django.backends.CairnQBackend"}}
+try:
+    import django.tasks  # noqa: F401
+except ImportError:
+    INSTALLED_APPS.append("django_tasks")
+
 # Emails are printed by whichever process sends them: here, the worker.
 EMAIL_BACKEND = "django.core.mail.backends.console.EmailBackend"
 DEFAULT_FROM_EMAIL = "demo@example.com"
