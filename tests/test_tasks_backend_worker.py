@@ -4,7 +4,11 @@ One burst worker (settings: tests.settings_tasks) runs every task at once, so
 the test costs one process start per database.
 """
 
+from datetime import timedelta
+
 import pytest
+from asgiref.sync import async_to_sync
+from django.utils import timezone
 
 import cairnq_django
 from cairnq_django import compat
@@ -16,6 +20,7 @@ pytestmark = [
 ]
 
 if compat.AVAILABLE:
+    from cairnq_django.backends import await_result, wait_for_result
     from tests.tasksapp import extra_tasks, tasks
 
 SUCCESSFUL = "SUCCESSFUL"
@@ -38,6 +43,7 @@ def test_the_worker_runs_framework_tasks(live_store, child_env, tmp_path):
     greeted = tasks.greet.enqueue("ann")
     multiplied = extra_tasks.multiply.enqueue(6, 7)
     unserializable = tasks.not_json.enqueue()
+    later = tasks.add.using(run_after=timezone.now() + timedelta(hours=1)).enqueue(0, 0)
     # A row naming a module nothing discovers: never imported, never run.
     stray = cairnq_django.enqueue(
         "tests.tasksapp.undiscovered.side_effect", {"args": [], "kwargs": {}}
@@ -84,6 +90,11 @@ def test_the_worker_runs_framework_tasks(live_store, child_env, tmp_path):
     assert cairnq_django.get(unserializable.id).error["code"] == "unserializable_result"
 
     assert cairnq_django.get(stray.id).status == "queued"
+    assert cairnq_django.get(later.id).status == "queued"  # not due: left for later
+    assert wait_for_result(added, timeout=10).return_value == 5
+    assert async_to_sync(await_result)(failed, timeout=10).status == "FAILED"
+    with pytest.raises(cairnq_django.TaskTimeout):
+        wait_for_result(later, timeout=0.2)
     assert not marker.exists()
 
     lines = signal_log.read_text().splitlines()

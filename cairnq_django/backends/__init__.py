@@ -16,5 +16,6 @@ if not compat.AVAILABLE:
 from . import worker as _worker  # noqa: E402,F401  (connects the task_finished bridge)
 from .backend import CairnQBackend  # noqa: E402
 from .tasks import CairnQTask  # noqa: E402
+from .waiting import await_result, wait_for_result  # noqa: E402
 
-__all__ = ["CairnQBackend", "CairnQTask"]
+__all__ = ["CairnQBackend", "CairnQTask", "await_result", "wait_for_result"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import sys
 from dataclasses import replace
+from functools import partial
 from importlib import import_module
 from types import ModuleType
 from typing import Any
@@ -154,7 +155,7 @@ class AsyncTaskHandler(TaskHandler):
 
     async def __call__(self, ctx: Any, payload: Any) -> Any:  # type: ignore[override]
         args, kwargs = self.arguments(payload)
-        result = await sync_to_async(self.start, thread_sensitive=True)(ctx)
+        result = await _on_db(ctx, self.start, ctx)
         try:
             if self.task.takes_context:
                 value = await self.task.acall(
@@ -164,8 +165,20 @@ class AsyncTaskHandler(TaskHandler):
                 value = await self.task.acall(*args, **kwargs)
             return _returned(value)
         except Exception as exc:
-            await sync_to_async(self.failed, thread_sensitive=True)(ctx, exc)
+            await _on_db(ctx, self.failed, ctx, exc)
             raise
+
+
+async def _on_db(ctx: Any, fn: Any, *args: Any) -> Any:
+    """Run database work for an async handler off the event loop.
+
+    In a worker, on the worker's database threads (as ctx.aprogress does);
+    in cairnq_django.testing, which passes no such executor, in the thread
+    that runs the test, so the work shares the test's connection.
+    """
+    if ctx._db_executor is not None:
+        return await ctx._run_db(partial(fn, *args))
+    return await sync_to_async(fn, thread_sensitive=True)(*args)
 
 
 def _returned(value: Any) -> Any:
