@@ -11,6 +11,9 @@ from django.utils.module_loading import import_string
 
 from .conf import DEFAULTS, DURATION_KEYS, cairnq_settings, to_ms
 from .schedules import checks as _schedule_checks  # noqa: F401  (registers them)
+# Importing the Tasks framework registers its check, which runs each TASKS
+# backend's check() (CairnQBackend's among them).
+from . import compat as _compat  # noqa: F401,E402
 
 # RETURNING arrived in SQLite 3.35.0 (UPDATE ... FROM in 3.33.0); Django 5.2
 # itself accepts 3.31.

@@ -43,6 +43,10 @@ except ImportError:
         from django_tasks.signals import task_enqueued, task_finished, task_started
         from django_tasks.utils import normalize_json
 
+        # The backport registers its system check from its app's ready();
+        # registering it here runs it without the app too (once either way).
+        from django_tasks import checks as _checks  # noqa: F401
+
         SOURCE = "django_tasks"
     except ImportError:
         SOURCE = None

@@ -231,3 +231,17 @@ def test_check_reports_bad_options():
     assert ids == ["cairnq.E101", "cairnq.E102", "cairnq.E104"]
     with override_settings(TASKS={"default": {**config["default"], "OPTIONS": {}}}):
         assert compat.task_backends["default"].check() == []
+
+
+def test_manage_py_check_runs_the_backends_check():
+    from django.core import checks
+
+    config = {
+        "default": {
+            "BACKEND": "cairnq_django.backends.CairnQBackend",
+            "OPTIONS": {"MAX_ATTEMPTS": 0},
+        }
+    }
+    with override_settings(TASKS=config):
+        found = [m.id for m in checks.run_checks() if m.id.startswith("cairnq.E10")]
+    assert found == ["cairnq.E103"]

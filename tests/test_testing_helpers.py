@@ -140,6 +140,7 @@ def test_framework_tasks_inline_and_drained(db):
     try:
         with run_tasks(inline=True):
             inline = tasks.add.enqueue(1, 2)
+            async_inline = tasks.async_add.enqueue(2, 2)
         with run_tasks() as runner:
             drained = tasks.fail_until.enqueue(attempt=1)
             failed = tasks.boom.enqueue("no")
@@ -149,13 +150,14 @@ def test_framework_tasks_inline_and_drained(db):
 
     inline.refresh()
     assert inline.status == "SUCCESSFUL" and inline.return_value == 3
+    assert tasks.async_add.get_result(async_inline.id).return_value == 4
     drained.refresh()
     assert drained.return_value["attempt"] == 1
     failed.refresh()
     assert failed.status == "FAILED"
     assert failed.errors[0].exception_class_path == "builtins.ValueError"
-    assert finished[0] == (inline.id, "SUCCESSFUL")
-    assert sorted(finished[1:]) == sorted([(drained.id, "SUCCESSFUL"), (failed.id, "FAILED")])
+    assert finished[:2] == [(inline.id, "SUCCESSFUL"), (async_inline.id, "SUCCESSFUL")]
+    assert sorted(finished[2:]) == sorted([(drained.id, "SUCCESSFUL"), (failed.id, "FAILED")])
 
 
 def test_inline_after_a_real_commit(live_store):
