@@ -139,8 +139,25 @@ def postgres_catalog(cursor) -> dict:
     return catalog
 
 
+# Tables cairnq_django keeps for itself (Django-managed models such as the
+# schedules' state): not part of the protocol, so no peer creates them.
+DJANGO_OWNED_PREFIX = "cairnq_django_"
+
+
 def catalog(cursor, vendor: str) -> dict:
-    return sqlite_catalog(cursor) if vendor == "sqlite" else postgres_catalog(cursor)
+    found = sqlite_catalog(cursor) if vendor == "sqlite" else postgres_catalog(cursor)
+    return _protocol_only(found)
+
+
+def _protocol_only(found: dict) -> dict:
+    """The catalog without the tables (and their indexes) only cairnq_django creates."""
+    ours = {t for t in found["tables"] if t.startswith(DJANGO_OWNED_PREFIX)}
+    found["tables"] = [t for t in found["tables"] if t not in ours]
+    for part in ("columns", "foreign_keys", "constraints"):
+        if part in found:
+            found[part] = {t: v for t, v in found[part].items() if t not in ours}
+    found["indexes"] = {n: i for n, i in found["indexes"].items() if i["table"] not in ours}
+    return found
 
 
 def meta_rows(cursor) -> list[tuple]:

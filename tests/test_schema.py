@@ -383,6 +383,10 @@ def test_migrate_forwards_and_backwards_on_a_fresh_database(tmp_path):
             functions = catalog.postgres_catalog(cursor)["functions"]
             return catalog.postgres_catalog(cursor)["tables"], len(functions)
 
+    def protocol(names):
+        # Django-owned tables (the schedules' state, ...) come and go with the app too.
+        return [n for n in names if not n.startswith(catalog.DJANGO_OWNED_PREFIX)]
+
     with contextlib.ExitStack() as stack:
         database = dict(connection.settings_dict)
         database = {k: database[k] for k in ("ENGINE", "NAME", "USER", "HOST", "PORT", "OPTIONS")
@@ -393,8 +397,8 @@ def test_migrate_forwards_and_backwards_on_a_fresh_database(tmp_path):
             database["NAME"] = stack.enter_context(catalog.scratch_postgres_database("mig"))
         _manage(tmp_path, database, "migrate", "--no-input")
         names, objects = tables()
-        assert names == sorted(catalog.CAIRNQ_TABLES) and objects > 0
+        assert protocol(names) == sorted(catalog.CAIRNQ_TABLES) and objects > 0
         _manage(tmp_path, database, "migrate", "cairnq_django", "zero", "--no-input")
         assert tables() == ([], 0)
         _manage(tmp_path, database, "migrate", "cairnq_django", "--no-input")
-        assert tables()[0] == sorted(catalog.CAIRNQ_TABLES)
+        assert protocol(tables()[0]) == sorted(catalog.CAIRNQ_TABLES)
