@@ -32,7 +32,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
 from django.utils.translation import gettext_lazy as _
 
-from . import admin_actions, admin_views
+from . import admin_actions, admin_dashboard, admin_task_page, admin_views
 from .admin_views import format_duration, format_time, ms_to_datetime
 from .conf import cairnq_settings
 from .ids import now_ms
@@ -391,9 +391,19 @@ class TaskAdmin(admin.ModelAdmin):
     def get_urls(self):
         opts = self.opts
         stats = self.admin_site.admin_view(admin_views.StatsView.as_view(model_admin=self))
+        dashboard = self.admin_site.admin_view(
+            admin_dashboard.DashboardView.as_view(model_admin=self)
+        )
         return [
             path("stats/", stats, name=f"{opts.app_label}_{opts.model_name}_stats"),
+            path("dashboard/", dashboard, name=f"{opts.app_label}_{opts.model_name}_dashboard"),
+            *admin_task_page.urls(self),
         ] + super().get_urls()
+
+    def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
+        if obj is not None:
+            context.update(admin_task_page.controls(self, request, obj))
+        return super().render_change_form(request, context, add, change, form_url, obj)
 
     def changelist_url(self, **params) -> str:
         opts = self.opts

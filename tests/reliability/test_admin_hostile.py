@@ -292,7 +292,7 @@ HOSTILE_IDS = [
     "-1", "task_" + "0" * 26, "%27%20OR%201%3D1%20--", "%3Cscript%3E", "a%3Fb%3Dc", "a%23b",
 ]
 
-OBJECT_SUFFIXES = ["", "change/", "history/", "delete/"]
+OBJECT_SUFFIXES = ["", "change/", "history/", "delete/", "cancel/", "retry/", "progress/"]
 
 
 def registered_urls() -> tuple[list[str], list[str]]:
@@ -342,7 +342,9 @@ def assert_no_500(results):
 
 def test_the_registered_urls_are_the_ones_tested():
     plain, per_object = registered_urls()
-    assert sorted(plain) == sorted([CHANGELIST, CHANGELIST + "add/", CHANGELIST + "stats/"])
+    assert sorted(plain) == sorted(
+        [CHANGELIST, CHANGELIST + "add/", CHANGELIST + "stats/", CHANGELIST + "dashboard/"]
+    )
     assert sorted(per_object) == sorted(OBJECT_SUFFIXES)
 
 

@@ -1,0 +1,163 @@
+"""The task page's Cancel and Retry buttons and its live progress.
+
+The buttons post to small views that check the same permissions as the
+list's actions and go through the store, as the actions do. A running task's
+page polls the progress view (a few lines of static JavaScript) and reloads
+once the task leaves `running`.
+"""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.contrib.admin.models import CHANGE, LogEntry
+from django.contrib.admin.utils import quote, unquote
+from django.core.exceptions import PermissionDenied
+from django.db import connections
+from django.http import Http404, HttpResponseRedirect, JsonResponse
+from django.urls import path, reverse
+from django.utils.translation import gettext as _
+from django.views import View
+
+from .admin_actions import RETRYABLE_STATUSES
+from .models import Task
+from .records import LIVE_STATUSES
+from .store import get_store
+
+PROGRESS_POLL_MS = 1000
+
+
+def _task_values(model_admin, object_id: str, *fields: str) -> dict:
+    """The task's `fields`, or 404; `object_id` is already unquoted."""
+    if "\x00" in object_id:
+        raise Http404  # PostgreSQL refuses NUL in any text it compares
+    row = Task.objects.using(model_admin.using).filter(pk=object_id).values(*fields).first()
+    if row is None:
+        raise Http404
+    return row
+
+
+def controls(model_admin, request, task) -> dict:
+    """What the task page offers: the buttons this user may press for this status."""
+    status = task.status
+    can_cancel = (
+        status in LIVE_STATUSES and task.cancel_requested_at_ms is None
+        and model_admin.has_cancel_permission(request)
+    )
+    can_retry = status in RETRYABLE_STATUSES and model_admin.has_retry_permission(request)
+    live = status == "running"
+    return {
+        "cq_can_cancel": can_cancel,
+        "cq_can_retry": can_retry,
+        "cq_live": live,
+        "cq_percent": None if task.progress is None else round(task.progress * 100),
+        "cq_message": _message(model_admin.using, task.pk) if live else None,
+        "cq_poll_ms": PROGRESS_POLL_MS,
+    }
+
+
+class _TaskView(View):
+    model_admin = None
+
+    def change_url(self, object_id: str) -> str:
+        opts = self.model_admin.opts
+        return reverse(
+            f"admin:{opts.app_label}_{opts.model_name}_change", args=[quote(object_id)]
+        )
+
+    def log(self, request, task, message: str) -> None:
+        LogEntry.objects.log_actions(
+            user_id=request.user.pk, queryset=[Task(id=task.id, name=task.name)],
+            action_flag=CHANGE, change_message=message,
+        )
+
+
+class CancelView(_TaskView):
+    http_method_names = ["post"]
+
+    def post(self, request, object_id):
+        object_id = unquote(object_id)
+        if not self.model_admin.has_cancel_permission(request):
+            raise PermissionDenied
+        _task_values(self.model_admin, object_id, "id")
+        task = get_store(self.model_admin.using).cancel(object_id)
+        if task is None:
+            messages.warning(request, _("The task had already finished; nothing was canceled."))
+        elif task.status == "canceled":
+            self.log(request, task, _("Canceled."))
+            messages.success(request, _("Canceled the task."))
+        else:
+            self.log(request, task, _("Cancel requested."))
+            messages.success(
+                request,
+                _("Asked the running task to stop; it ends canceled when its worker notices."),
+            )
+        return HttpResponseRedirect(self.change_url(object_id))
+
+
+class RetryView(_TaskView):
+    http_method_names = ["post"]
+
+    def post(self, request, object_id):
+        object_id = unquote(object_id)
+        if not self.model_admin.has_retry_permission(request):
+            raise PermissionDenied
+        _task_values(self.model_admin, object_id, "id")
+        reset = request.POST.get("reset_attempt") == "1"
+        task = get_store(self.model_admin.using).retry(object_id, reset_attempt=reset)
+        if task is None:
+            messages.warning(request, _("Only a failed or canceled task can be retried."))
+        elif reset:
+            self.log(request, task, _("Retried with attempts reset."))
+            messages.success(request, _("Queued the task again with its attempts reset."))
+        else:
+            self.log(request, task, _("Retried."))
+            messages.success(request, _("Queued the task again."))
+        return HttpResponseRedirect(self.change_url(object_id))
+
+
+class ProgressView(_TaskView):
+    """The running task's status, progress and message as JSON, for the live panel."""
+
+    http_method_names = ["get"]
+
+    def get(self, request, object_id):
+        object_id = unquote(object_id)
+        if not self.model_admin.has_view_permission(request):
+            raise PermissionDenied
+        row = _task_values(
+            self.model_admin, object_id, "status", "progress", "cancel_requested_at_ms"
+        )
+        return JsonResponse({
+            "status": row["status"],
+            "progress": row["progress"],
+            "message": _message(self.model_admin.using, object_id),
+            "cancel_requested": row["cancel_requested_at_ms"] is not None,
+        })
+
+
+def _message(using: str, task_id: str) -> str | None:
+    # Read as bytes on SQLite: a foreign writer's message may not be UTF-8,
+    # and fetching such TEXT fails the whole query.
+    column = "CAST(message AS BLOB)" if get_store(using).dialect.fails_on_bad_text else "message"
+    with connections[using].cursor() as cursor:
+        cursor.execute(f"SELECT {column} FROM cairnq_tasks WHERE id = %s", [task_id])
+        row = cursor.fetchone()
+    value = row[0] if row else None
+    if isinstance(value, (bytes, memoryview)):
+        return bytes(value).decode(errors="replace")
+    return value
+
+
+def urls(model_admin) -> list:
+    """The per-task URLs, named admin:<app>_<model>_cancel / _retry / _progress."""
+    opts = model_admin.opts
+    wrap = model_admin.admin_site.admin_view
+    prefix = f"{opts.app_label}_{opts.model_name}"
+    return [
+        path("<path:object_id>/cancel/", wrap(CancelView.as_view(model_admin=model_admin)),
+             name=f"{prefix}_cancel"),
+        path("<path:object_id>/retry/", wrap(RetryView.as_view(model_admin=model_admin)),
+             name=f"{prefix}_retry"),
+        path("<path:object_id>/progress/", wrap(ProgressView.as_view(model_admin=model_admin)),
+             name=f"{prefix}_progress"),
+    ]
