@@ -182,3 +182,16 @@ def test_the_worker_flag_turns_the_scheduler_off():
     assert Worker(scheduler=False).run_scheduler is False
     assert Worker().run_scheduler is True
     assert Worker(burst=True).run_scheduler is False
+
+
+def test_time_comes_from_the_queue_database_clock(monkeypatch):
+    from cairnq_django.store import get_store
+
+    # A host clock a day behind: PostgreSQL ignores it, SQLite (one host) uses it.
+    monkeypatch.setattr(state, "now_ms", lambda: 86_400_000)
+    scheduler(s={"every": 1000}).tick()
+    cursor = ScheduleState.objects.get(name="s").cursor_ms
+    if get_store("default").dialect.uses_process_clock:
+        assert cursor == 86_400_000
+    else:
+        assert cursor > 1_700_000_000_000

@@ -27,7 +27,9 @@ from ..conf import cairnq_settings
 from . import state
 from .config import Schedule, configured_schedules
 
-logger = logging.getLogger("cairnq_django.schedules")
+# A child of the worker's logger: the scheduler runs inside the worker, and
+# `cairnq_worker -v 2` shows its lines with the worker's own.
+logger = logging.getLogger("cairnq_django.worker.scheduler")
 
 # The longest the scheduler sleeps without re-reading the state table.
 MAX_SLEEP_MS = 30_000
