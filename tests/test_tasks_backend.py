@@ -233,7 +233,7 @@ def test_check_reports_bad_options():
         assert compat.task_backends["default"].check() == []
 
 
-def test_manage_py_check_runs_the_backends_check():
+def test_manage_py_check_runs_the_backends_check(db):
     from django.core import checks
 
     config = {

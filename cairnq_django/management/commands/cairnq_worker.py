@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
 import logging
 
+from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management.base import BaseCommand, CommandError
 
@@ -110,11 +112,34 @@ class Command(BaseCommand):
             "--metrics-addr", default="0.0.0.0", metavar="ADDR",
             help="Address the --metrics-port server listens on. Default: 0.0.0.0.",
         )
+        parser.add_argument(
+            "--reload", action=argparse.BooleanOptionalAction, default=None,
+            help="Restart the worker when the project's code changes (Django's autoreloader, "
+            "as runserver uses it), stopping it gracefully first. For development. "
+            "Default: on when DEBUG is true, except with --burst.",
+        )
 
     def handle(self, *args, **options):
+        self._configure_logging(options["verbosity"])
+        reload = options["reload"]
+        if reload and options["burst"]:
+            raise CommandError("--reload and --burst cannot be combined.")
+        if reload is None:
+            reload = settings.DEBUG and not options["burst"]
+        if reload:
+            from ...reloading import run_with_reloader
+
+            # The supervisor builds nothing; each child process builds its own worker.
+            run_with_reloader(lambda: self._build_worker(options))
+            return
+        worker = self._build_worker(options)
+        worker.install_signal_handlers()
+        worker.run()
+
+    def _build_worker(self, options):
+        """The Worker the options describe, with its metrics server started if asked."""
         from ...worker import Worker
 
-        self._configure_logging(options["verbosity"])
         names = None
         if options["names"]:
             names = [n.strip() for n in options["names"].split(",") if n.strip()]
@@ -140,8 +165,7 @@ class Command(BaseCommand):
             except ImproperlyConfigured as exc:
                 raise CommandError(str(exc)) from exc
             serve_worker_metrics(options["metrics_port"], options["metrics_addr"])
-        worker.install_signal_handlers()
-        worker.run()
+        return worker
 
     def _configure_logging(self, verbosity: int) -> None:
         """Show the start/end lines unless LOGGING already decides, or -v asks otherwise."""

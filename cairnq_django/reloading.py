@@ -1,0 +1,96 @@
+"""`cairnq_worker --reload`: restart the worker when the project's code changes.
+
+Django's own autoreloader does the watching, as for `runserver`: a
+supervising process starts the worker in a child process and starts it again
+whenever the child exits to reload. Unlike `runserver`, both ends stop
+gracefully: the supervisor passes SIGTERM on to the child (a terminal's Ctrl-C
+reaches the child directly), and before the child reloads for a changed file
+it stops its worker the usual way, letting running tasks finish for up to
+the shutdown timeout and requeueing the rest at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from django.utils import autoreload
+
+logger = logging.getLogger("cairnq_django.worker")
+
+# Extra time, past the worker's own shutdown timeout, a reload waits for it.
+_STOP_SLACK_S = 5.0
+
+
+def run_with_reloader(build_worker: Callable[[], Any]) -> None:
+    """Run the worker `build_worker()` returns, restarting it on code changes."""
+    if os.environ.get(autoreload.DJANGO_AUTORELOAD_ENV) == "true":
+        _run_child(build_worker)
+    else:
+        sys.exit(_supervise())
+
+
+def _supervise() -> int:
+    """Start the child again each time it exits to reload; return its last exit code."""
+    child: subprocess.Popen | None = None
+
+    def forward(signum: int, frame: Any) -> None:
+        if child is not None and child.poll() is None:
+            child.send_signal(signum)
+
+    signal.signal(signal.SIGTERM, forward)
+    # Ctrl-C in a terminal reaches the whole process group, the child included;
+    # forwarding it as well would count as a second signal there.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    env = {**os.environ, autoreload.DJANGO_AUTORELOAD_ENV: "true"}
+    args = autoreload.get_child_arguments()
+    while True:
+        child = subprocess.Popen(args, env=env, close_fds=False)
+        code = child.wait()
+        if code != 3:  # 3 is the autoreloader's "reload me"
+            return code
+
+
+def _run_child(build_worker: Callable[[], Any]) -> None:
+    reloader = autoreload.get_reloader()
+    built: list[Any] = []
+
+    def on_signal(signum: int, frame: Any) -> None:
+        if built:
+            built[0]._on_signal(signum, frame)
+        else:
+            sys.exit(0)
+
+    # Installed here, on the main thread: the worker itself runs on another.
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+
+    def run() -> None:
+        built.append(build_worker())
+        built[0].run()
+        reloader.stop()  # stopped by a signal: end the child, not just the worker
+
+    # check_errors() remembers the file of an error (a task module that does
+    # not import, say), so fixing it reloads even though the worker died.
+    thread = threading.Thread(
+        target=autoreload.check_errors(run), name="cairnq-worker", daemon=True
+    )
+
+    def on_file_changed(sender: Any, file_path: Any, **kwargs: Any) -> None:
+        logger.info("%s changed; stopping the worker to reload.", file_path)
+        if built and thread.is_alive():
+            built[0].stop()
+            thread.join(built[0].shutdown_timeout_ms / 1000 + _STOP_SLACK_S)
+        # Returning nothing lets the autoreloader go on and reload.
+
+    autoreload.file_changed.connect(on_file_changed, weak=False)
+    logger.info("Watching for file changes with %s", type(reloader).__name__)
+    thread.start()
+    while not reloader.should_stop:
+        reloader.run(thread)
