@@ -28,7 +28,8 @@ WORKER = "worker_heartbeat_test"
 def claimed(live_store):
     """A task claimed by WORKER, and its context."""
     enqueue("hb.task", {"n": 1})
-    [row] = live_store.claim(queues=["default"], worker_id=WORKER, lease_ms=LEASE_MS)
+    # Claimed for less than the heartbeat's lease, so a renewal shows.
+    [row] = live_store.claim(queues=["default"], worker_id=WORKER, lease_ms=LEASE_MS // 3)
     return TaskContext(store=live_store, task=row, worker_id=WORKER, lease_ms=LEASE_MS)
 
 
@@ -238,3 +239,71 @@ def test_a_late_heartbeat_reaches_on_error_as_heartbeat_late(live_store, caplog)
         r for r in caplog.records if r.exc_info and isinstance(r.exc_info[1], HeartbeatLate)
     ]
     assert get(task.id).status in ("succeeded", "failed")
+
+
+postgres_only = pytest.mark.skipif(
+    connections["default"].vendor != "postgresql", reason="PostgreSQL row locks and WAL flushes"
+)
+
+
+@postgres_only
+def test_a_beat_does_not_wait_behind_rows_its_settler_is_committing(live_store, caplog):
+    # Two tasks in flight; the settler is committing the first, whose row
+    # stays locked until that commit is flushed. The beat renews the second
+    # without queueing on the first's lock, and does not call the first lost.
+    enqueue("hb.task", {"n": 1})
+    enqueue("hb.task", {"n": 2})
+    rows = live_store.claim(
+        queues=["default"], worker_id=WORKER, lease_ms=LEASE_MS // 3, limit=2
+    )
+    settling, running = (
+        TaskContext(store=live_store, task=row, worker_id=WORKER, lease_ms=LEASE_MS)
+        for row in rows
+    )
+    locked, release = threading.Event(), threading.Event()
+
+    def hold_the_row_lock():
+        with transaction.atomic():
+            live_store._rows(
+                "UPDATE cairnq_tasks SET updated_at_ms = updated_at_ms WHERE id = %(id)s",
+                {"id": settling.task_id},
+            )
+            locked.set()
+            release.wait(60)
+
+    holder, _ = in_thread(hold_the_row_lock)
+    errors = []
+    heartbeat = Heartbeat(
+        store=live_store, worker_id=WORKER, lease_ms=LEASE_MS,
+        in_flight=lambda: [settling, running],
+        report=lambda exc, **context: errors.append(exc),
+        committing=lambda: {settling.task_id},
+    )
+    try:
+        assert locked.wait(30)
+        before = get(running.task_id).lease_until_ms
+        beat, outcome = in_thread(heartbeat.beat)
+        beat.join(20)
+        # Finished while the row was still locked: it did not wait for it.
+        assert not beat.is_alive(), "the beat queued behind the settler's row lock"
+    finally:
+        release.set()
+        holder.join(30)
+        beat.join(30)
+    assert "error" not in outcome and errors == []
+    assert get(running.task_id).lease_until_ms > before
+    assert not settling.lost_lease and not running.lost_lease
+
+
+@postgres_only
+def test_a_renewal_on_postgres_does_not_wait_for_its_wal_flush(live_store, claimed):
+    from django.test.utils import CaptureQueriesContext
+
+    errors = []
+    before = get(claimed.task_id).lease_until_ms
+    with CaptureQueriesContext(connections["default"]) as queries:
+        heartbeat_for(live_store, claimed, errors).beat()
+    sql = [q["sql"] for q in queries.captured_queries]
+    assert "SET LOCAL synchronous_commit TO OFF" in sql, sql
+    assert get(claimed.task_id).lease_until_ms > before
+    assert errors == [] and not claimed.lost_lease

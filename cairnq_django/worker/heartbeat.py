@@ -8,6 +8,13 @@ interval late is therefore reported (logged, and passed to the ON_ERROR hook
 as HeartbeatLate), because a beat later than the lease lets another worker
 recover the task and run it a second time.
 
+Nor should the database's own pace hold a beat back. A renewal is soft state
+(lost in a crash, a lease just ends sooner), so on PostgreSQL it commits
+without waiting for its WAL flush; a beat under I/O load otherwise waited
+for the disk on every renewal. And the rows this worker's settler is
+committing right now are skipped: their row locks are held until that
+group's own flush, and they are about to leave `running` anyway.
+
 A task missing from a beat's answer has lost its lease, unless this worker is
 settling it: a completion that committed while the beat was in flight also
 takes the row out of `running`. The context's settling flag, raised before
@@ -19,9 +26,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
-from django.db import connections
+from django.db import connections, transaction
 from django.db.utils import Error as DatabaseError
 
 from ..errors import HeartbeatLate
@@ -52,6 +59,7 @@ class Heartbeat(threading.Thread):
         report: Callable[..., None],
         on_tick: Callable[[], None] | None = None,
         on_late: Callable[[HeartbeatLate], None] | None = None,
+        committing: Callable[[], Collection[str]] | None = None,
     ) -> None:
         super().__init__(name="cairnq-heartbeat", daemon=True)
         self.store = store
@@ -62,6 +70,8 @@ class Heartbeat(threading.Thread):
         self.report = report
         self.on_tick = on_tick
         self.on_late = on_late
+        # Ids whose completion this worker's settler is writing at the moment.
+        self.committing = committing
         self.late_beats = 0
         self._stop_event = threading.Event()
 
@@ -91,12 +101,13 @@ class Heartbeat(threading.Thread):
     def beat(self) -> None:
         """Renew every live lease in one statement and flag the ones that are gone."""
         live = self._live()
+        if live and self.committing is not None:
+            committing = self.committing()
+            live = [c for c in live if c.task_id not in committing]
         if not live:
             return
         try:
-            held = self.store.heartbeat_batch(
-                [c.task_id for c in live], self.worker_id, self.lease_ms
-            )
+            held = self._renew([c.task_id for c in live])
         except DatabaseError:
             # Reconnect on the next beat instead of reusing a broken connection.
             connections[self.store.using].close()
@@ -111,6 +122,16 @@ class Heartbeat(threading.Thread):
                     "finished elsewhere); this attempt will write nothing more.",
                     ctx.name, ctx.task_id,
                 )
+
+    def _renew(self, task_ids: list[str]) -> dict[str, bool]:
+        if self.store.dialect.vendor != "postgresql":
+            # SQLite (WAL, synchronous=NORMAL as recommended) does not sync a commit.
+            return self.store.heartbeat_batch(task_ids, self.worker_id, self.lease_ms)
+        with transaction.atomic(using=self.store.using):
+            with connections[self.store.using].cursor() as cursor:
+                # LOCAL: ends with this transaction, so safe behind a pooler.
+                cursor.execute("SET LOCAL synchronous_commit TO OFF")
+            return self.store.heartbeat_batch(task_ids, self.worker_id, self.lease_ms)
 
     def _live(self) -> list[TaskContext]:
         return [c for c in self.in_flight() if not c.settled and not c.lost_lease]

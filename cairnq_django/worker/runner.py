@@ -285,7 +285,7 @@ class Worker:
         self._heartbeat = Heartbeat(
             store=self.store, worker_id=self.worker_id, lease_ms=self.lease_ms,
             in_flight=self._in_flight_contexts, report=self.report, on_tick=self._watchdog,
-            on_late=self._report_late_heartbeat,
+            on_late=self._report_late_heartbeat, committing=self.settler.committing,
         )
         self._heartbeat.start()
         self._start_presence()

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+from collections import Counter
 from concurrent.futures import Future
 from contextlib import AbstractContextManager
 from typing import Any
@@ -60,8 +61,18 @@ class Settler:
         # Guards the queue's end: nothing is queued after the stop marker.
         self._open_lock = threading.Lock()
         self._open = False
+        # The ids of the statements being written, for the heartbeat to skip:
+        # their rows stay locked until those commits are flushed. (Writes
+        # alone, after stop, may run on several handler threads at once.)
+        self._committing: Counter[str] = Counter()
+        self._committing_lock = threading.Lock()
         self.groups = 0
         self.settled = 0
+
+    def committing(self) -> frozenset[str]:
+        """The task ids whose completion is being written right now."""
+        with self._committing_lock:
+            return frozenset(self._committing)
 
     def start(self) -> None:
         with self._open_lock:
@@ -147,20 +158,27 @@ class Settler:
     def _attempt(self, group: list[_Item]) -> list[TaskRecord | None]:
         batch = [(i.task_id, i.worker_id, i.result_json) for i in group]
         try:
-            with self._gate:
-                return self.store.complete_encoded_many(batch)
+            return self._write(batch)
         except (OperationalError, InterfaceError):
             # One reconnect: the tasks are done, and dropping their completion
             # over a connection the server closed would run them again.
             connections[self.store.using].close()
-            with self._gate:
+            return self._write(batch)
+
+    def _write(self, batch: list[tuple[str, str, str | None]]) -> list[TaskRecord | None]:
+        ids = Counter(task_id for task_id, _, _ in batch)
+        with self._gate:
+            with self._committing_lock:
+                self._committing.update(ids)
+            try:
                 return self.store.complete_encoded_many(batch)
+            finally:
+                with self._committing_lock:
+                    self._committing.subtract(ids)
+                    self._committing += Counter()  # drop the ids now at zero
 
     def _write_alone(self, item: _Item) -> TaskRecord:
-        with self._gate:
-            row = self.store.complete_encoded_many(
-                [(item.task_id, item.worker_id, item.result_json)]
-            )[0]
+        row = self._write([(item.task_id, item.worker_id, item.result_json)])[0]
         if row is None:
             raise LostLease(item.task_id)
         return row
