@@ -256,3 +256,14 @@ def test_dst_the_latest_missed_occurrence_agrees_with_the_forward_one():
     assert [local(x) for x in plan.run] == ["2026-03-29T03:00:00+02:00"]
     plan = schedule.plan(ms(2026, 10, 24, 12, 0), ms(2026, 10, 25, 12, 0))
     assert [local(x) for x in plan.run] == ["2026-10-25T02:30:00+02:00"]
+
+
+def test_a_framework_task_takes_args_and_kwargs():
+    schedule = one(task="reports.tasks.build", every=60_000, args=[1], kwargs={"kind": "daily"})
+    assert schedule.task == "reports.tasks.build"
+    assert schedule.payload == {"args": [1], "kwargs": {"kind": "daily"}}
+    assert one(every=60_000, kwargs={"a": 1}).payload == {"args": [], "kwargs": {"a": 1}}
+    with pytest.raises(ScheduleConfigError, match="has both 'payload' and 'args'/'kwargs'"):
+        one(every=60_000, args=[1], payload={})
+    with pytest.raises(ScheduleConfigError, match="'args' must be a list and 'kwargs' a dict"):
+        one(every=60_000, args="x")

@@ -70,3 +70,21 @@ def test_three_workers_enqueue_each_occurrence_once_through_a_sigkill(live_store
     assert found == expected, (missing, logs)
     # The schedulers reported no error (they report with phase=schedule).
     assert "phase=schedule" not in logs, logs
+
+
+def test_a_schedule_runs_a_framework_task(live_store, child_env):
+    env = {**child_env, "DJANGO_SETTINGS_MODULE": "tests.settings_tasks"}
+    schedule = {"add": {"task": "tests.tasksapp.tasks.add", "every": 1000, "args": [2, 3]}}
+    worker = WorkerProcess(env, "--poll", "200", settings={"SCHEDULE": schedule})
+    try:
+        done = wait_for(
+            lambda: Task.objects.filter(metadata__schedule="add", status="succeeded").first(),
+            timeout=120, message="No scheduled framework task succeeded.",
+        )
+        worker.signal(signal.SIGTERM)
+        assert worker.wait(60) == 0, worker.output()
+    finally:
+        worker.stop()
+    assert done.name == "tests.tasksapp.tasks.add"
+    assert done.payload == {"args": [2, 3], "kwargs": {}}
+    assert done.result == 5

@@ -43,8 +43,8 @@ MISSED_POLICIES = ("run-once", "skip")
 DEFAULT_GRACE_MS = 10_000
 
 KNOWN_KEYS = (
-    "task", "cron", "every", "timezone", "payload", "queue", "priority", "max_attempts",
-    "metadata", "key", "conflict", "missed", "grace",
+    "task", "cron", "every", "timezone", "payload", "args", "kwargs", "queue", "priority",
+    "max_attempts", "metadata", "key", "conflict", "missed", "grace",
 )
 
 # Schedule names are the state table's primary key.
@@ -225,6 +225,22 @@ def _parse_one(name: Any, spec: Any) -> Schedule:
         every_ms = _duration(where, "every", spec["every"], minimum=1000)
         timing = IntervalTiming(every_ms)
         options["every_ms"] = every_ms
+    if "args" in spec or "kwargs" in spec:
+        # A Tasks framework @task (named by its module path): its rows carry
+        # {"args": [...], "kwargs": {...}}, which the worker unpacks.
+        if "payload" in spec:
+            raise ScheduleConfigError(
+                f"{where} has both 'payload' and 'args'/'kwargs'.",
+                hint="Use 'payload' for a CairnQ handler, 'args'/'kwargs' for a framework "
+                "@task.",
+            )
+        args, kwargs = spec.get("args", []), spec.get("kwargs", {})
+        if not isinstance(args, (list, tuple)) or not isinstance(kwargs, dict):
+            raise ScheduleConfigError(
+                f"{where}: 'args' must be a list and 'kwargs' a dict, not "
+                f"{type(args).__name__} and {type(kwargs).__name__}."
+            )
+        spec = {**spec, "payload": {"args": list(args), "kwargs": dict(kwargs)}}
     if "payload" in spec:
         try:
             jsoncodec.dumps(spec["payload"], what="payload")
