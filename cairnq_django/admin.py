@@ -32,7 +32,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
 from django.utils.translation import gettext_lazy as _
 
-from . import admin_actions, admin_dashboard, admin_task_page, admin_views
+from . import admin_actions, admin_dashboard, admin_task_page, admin_views, compat
 from .admin_views import format_duration, format_time, ms_to_datetime
 from .conf import cairnq_settings
 from .ids import now_ms
@@ -300,6 +300,7 @@ class TaskAdmin(admin.ModelAdmin):
         "root_link",
         "children",
         "correlation_link",
+        "framework_call",
         "payload_json",
         "metadata_json",
         "result_json",
@@ -592,6 +593,36 @@ class TaskAdmin(admin.ModelAdmin):
     def message_text(self, task):
         text, _note = _decode_raw(self._raw(task, "message"))
         return "-" if text is None else text
+
+    def get_fieldsets(self, request, obj=None):
+        fieldsets = super().get_fieldsets(request, obj)
+        if obj is None or self._framework_call(obj) is None:
+            return fieldsets
+        # A Tasks framework task: its call, readably, above the raw payload.
+        return [
+            (title, {**options, "fields": ("framework_call", *options["fields"])})
+            if "payload_json" in options["fields"] else (title, options)
+            for title, options in fieldsets
+        ]
+
+    def _framework_call(self, task):
+        if not compat.AVAILABLE:
+            return None
+        text, note = _decode_raw(self._raw(task, "payload"))
+        if text is None or note is not None:
+            return None
+        try:
+            payload = json.loads(text)
+        except ValueError:
+            return None
+        from .backends.results import describe_call
+
+        return describe_call(task.name, payload)
+
+    @admin.display(description=_("Django task"))
+    def framework_call(self, task):
+        call = self._framework_call(task)
+        return "-" if call is None else format_html("<code>{}</code>", call)
 
     @admin.display(description=_("payload"))
     def payload_json(self, task):

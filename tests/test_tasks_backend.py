@@ -245,3 +245,20 @@ def test_manage_py_check_runs_the_backends_check(db):
     with override_settings(TASKS=config):
         found = [m.id for m in checks.run_checks() if m.id.startswith("cairnq.E10")]
     assert found == ["cairnq.E103"]
+
+
+def test_the_admin_shows_a_framework_task_as_its_call(admin_client, store):
+    from django.urls import reverse
+
+    result = tasks.echo.enqueue(1, "two", flag={"x": None})
+    page = admin_client.get(reverse("admin:cairnq_django_task_change", args=[result.id]))
+    assert page.status_code == 200
+    text = page.content.decode()
+    assert "Django task" in text
+    assert (
+        "<code>tests.tasksapp.tasks.echo(1, &quot;two&quot;, flag={&quot;x&quot;: null})</code>"
+        in text
+    )
+    plain = cairnq_django.enqueue("tests.echo", {"args": [], "kwargs": {}})
+    other = admin_client.get(reverse("admin:cairnq_django_task_change", args=[plain.id]))
+    assert "Django task" not in other.content.decode()

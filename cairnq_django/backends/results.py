@@ -11,6 +11,7 @@ Errors come from the error envelope, which keeps the earlier attempts' errors.
 
 from __future__ import annotations
 
+import json
 import traceback
 from datetime import UTC, datetime
 from typing import Any
@@ -191,3 +192,31 @@ def failure_envelope(exc: BaseException, record: TaskRecord) -> tuple[dict[str, 
         retryable=True, details=details,
     )
     return envelope, True
+
+
+_MAX_CALL_TEXT = 1_000
+
+
+def describe_call(name: str, payload: Any) -> str | None:
+    """`module.path(1, x="y")` for a framework task's row, or None for any other row.
+
+    Only tasks this process knows (or discovers) count: a name is never imported.
+    """
+    from .tasks import known_tasks
+
+    split = split_payload(payload)
+    if split is None:
+        return None
+    task = known_tasks.get(name)
+    if task is None:
+        from .worker import import_task_modules
+
+        import_task_modules()
+        task = known_tasks.get(name)
+    if task is None:
+        return None
+    args, kwargs = split
+    parts = [json.dumps(value, ensure_ascii=False) for value in args]
+    parts += [f"{key}={json.dumps(value, ensure_ascii=False)}" for key, value in kwargs.items()]
+    text = f"{task.module_path}({', '.join(parts)})"
+    return text if len(text) <= _MAX_CALL_TEXT else text[: _MAX_CALL_TEXT - 1] + "…"
