@@ -9,6 +9,9 @@
     const bar = panel.querySelector("progress");
     const percent = panel.querySelector(".cq-live-percent");
     const message = panel.querySelector(".cq-live-message");
+    // The page's own read-only Progress and Message fields follow too.
+    const fieldBar = document.querySelector(".field-progress_bar .readonly progress");
+    const fieldMessage = document.querySelector(".field-message_text .readonly");
 
     async function tick() {
         try {
@@ -22,8 +25,17 @@
                     const value = Math.round(task.progress * 100);
                     bar.value = value;
                     percent.textContent = value + "%";
+                    if (fieldBar) {
+                        fieldBar.value = value;
+                        if (fieldBar.nextSibling) {
+                            fieldBar.nextSibling.textContent = " " + value + "%";
+                        }
+                    }
                 }
                 message.textContent = task.message === null ? "" : task.message;
+                if (fieldMessage) {
+                    fieldMessage.textContent = task.message === null ? "-" : task.message;
+                }
                 panel.dataset.status = task.status;
                 panel.dataset.cancelRequested = task.cancel_requested ? "1" : "0";
                 if (task.status !== "running") {
