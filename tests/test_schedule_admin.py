@@ -50,7 +50,7 @@ def test_the_page_lists_schedules_in_words_with_next_runs(admin_client):
     page = admin_client.get(PAGE).content.decode()
     assert "At 03:00 every day (Europe/Paris)" in page
     assert "<code>0 3 * * *</code>" in page
-    assert "Every 5 minutes" in page and "<code>every 5 minutes</code>" in page
+    assert "Every 5 minutes" in page and "<code>every" not in page
     assert page.count(" 03:00:00 CE") == 3  # the next three nightly runs, Paris time
     assert page.count("never") == 2
     assert 'value="run"' in page and 'value="pause"' in page
