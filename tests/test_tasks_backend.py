@@ -262,3 +262,24 @@ def test_the_admin_shows_a_framework_task_as_its_call(admin_client, store):
     plain = cairnq_django.enqueue("tests.echo", {"args": [], "kwargs": {}})
     other = admin_client.get(reverse("admin:cairnq_django_task_change", args=[plain.id]))
     assert "Django task" not in other.content.decode()
+
+
+def _decorator_takes_options():
+    import inspect
+
+    return any(
+        p.kind is inspect.Parameter.VAR_KEYWORD
+        for p in inspect.signature(compat.task).parameters.values()
+    )
+
+
+@pytest.mark.skipif(
+    not compat.AVAILABLE or not _decorator_takes_options(),
+    reason="Django 6.0's @task takes no backend options",
+)
+def test_the_decorator_takes_cairnq_options(store):
+    from tests.tasksapp.decorated import decorated
+
+    row = cairnq_django.get(decorated.enqueue().id)
+    assert (row.name, row.max_attempts) == ("tests.decorated", 4)
+    assert decorated.conflict == "reject"

@@ -24,7 +24,8 @@ async def async_add(a, b):
     return a + b
 
 
-@task(takes_context=True, max_attempts=3)
+# CairnQ options through .using(): Django 6.0's @task takes no extra
+# arguments (tests/tasksapp/decorated.py uses the decorator form).
 def fail_until(context, attempt):
     """Raise until the given attempt, then report what the context saw."""
     if context.attempt < attempt:
@@ -37,14 +38,19 @@ def fail_until(context, attempt):
     }
 
 
+fail_until = task(takes_context=True)(fail_until).using(max_attempts=3)
+
+
 @task
 def boom(message):
     raise ValueError(message)
 
 
-@task(cairnq_name="tests.shared_greet")
 def greet(name):
     return f"hello {name}"
+
+
+greet = task(greet).using(cairnq_name="tests.shared_greet")
 
 
 @task
