@@ -122,10 +122,12 @@ def run_now(using: str, schedule: Schedule) -> TaskRecord:
     with transaction.atomic(using=using):
         now = db_now_ms(using)
         ensure_states(using, [schedule.name], now)
+        rows = ScheduleState.objects.using(using).filter(name=schedule.name)
+        # Row lock first, then the enqueue (and its key lock), in the order
+        # advance() takes them, so the two never deadlock on a keyed schedule.
+        rows.update(last_enqueued_at_ms=now, updated_at_ms=now)
         task = _submit(using, schedule, None, "manual")
-        ScheduleState.objects.using(using).filter(name=schedule.name).update(
-            last_task_id=task.id, last_enqueued_at_ms=now, updated_at_ms=now
-        )
+        rows.update(last_task_id=task.id)
         return task
 
 
