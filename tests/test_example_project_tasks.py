@@ -71,4 +71,4 @@ def test_a_view_enqueues_a_framework_task_the_worker_runs(example_env):  # noqa:
 
 def test_the_example_projects_own_tests_pass(example_env):  # noqa: F811
     done = run(["manage.py", "test", "demo", "--noinput", "-v", "1"], example_env)
-    assert "Ran 2 tests" in done.stderr and "OK" in done.stderr
+    assert "Ran 7 tests" in done.stderr and "OK" in done.stderr

@@ -2,8 +2,12 @@
 
 `send_email` is a CairnQ handler (a short name other languages can share);
 `deliver_email` is the same job as a Tasks framework task (Django-native,
-portable between backends). One `cairnq_worker` runs both.
+portable between backends). One `cairnq_worker` runs both. `count_slowly`
+reports progress and stops when canceled; `flaky_fetch` fails twice and
+succeeds on its third attempt, so the page shows progress, cancel and retry.
 """
+
+import time
 
 from django.core.mail import send_mail
 
@@ -32,3 +36,24 @@ def deliver_email(to, subject, body):
     """Send one email; enqueued with deliver_email.enqueue(to=..., subject=..., body=...)."""
     sent = send_mail(subject=subject, message=body, from_email=None, recipient_list=[to])
     return {"sent": sent, "to": to}
+
+
+@cairnq_django.task
+def count_slowly(ctx, payload):
+    """Count to `steps`, one step a `pause` seconds, reporting progress; stop when canceled."""
+    steps, pause = payload.get("steps", 30), payload.get("pause", 1.0)
+    for step in range(1, steps + 1):
+        if ctx.canceled():
+            return None  # the task ends canceled, keeping its last progress and message
+        time.sleep(pause)
+        ctx.progress(step / steps, f"Counted {step} of {steps}.")
+    return {"counted": steps}
+
+
+@cairnq_django.task
+def flaky_fetch(ctx, payload):
+    """Fail (retryably) until attempt `succeed_on`, as a flaky upstream would."""
+    succeed_on = payload.get("succeed_on", 3)
+    if ctx.attempt < succeed_on:
+        raise ConnectionError(f"The upstream timed out (attempt {ctx.attempt}).")
+    return {"fetched_on_attempt": ctx.attempt}

@@ -36,3 +36,50 @@ class QueueEmailTests(TestCase):
         result = deliver_email.get_result(row.id)
         self.assertEqual(result.status, "SUCCESSFUL")
         self.assertEqual(result.return_value, {"sent": 1, "to": "reader@example.com"})
+
+
+class WatchableTaskTests(TestCase):
+    def test_count_slowly_reports_its_progress(self):
+        tasks = self.enterContext(run_tasks())
+        task = cairnq_django.enqueue("count_slowly", {"steps": 3, "pause": 0})
+
+        [ran] = tasks.drain()
+
+        self.assertEqual((ran.status, ran.task.result), ("succeeded", {"counted": 3}))
+        done = cairnq_django.get(task.id)
+        self.assertEqual((done.progress, done.message), (1.0, "Counted 3 of 3."))
+
+    def test_the_page_starts_a_long_task_and_cancels_it(self):
+        self.enterContext(run_tasks())
+        self.client.post("/start/long/")
+        [task] = cairnq_django.list_tasks(name="count_slowly")
+        self.assertEqual(task.status, "queued")
+        self.assertContains(self.client.get("/tasks/"), f"/tasks/{task.id}/cancel/")
+
+        self.client.post(f"/tasks/{task.id}/cancel/")
+
+        self.assertEqual(cairnq_django.get(task.id).status, "canceled")
+        self.assertContains(self.client.get("/tasks/"), f"/tasks/{task.id}/retry/")
+
+    def test_flaky_fetch_succeeds_on_its_third_attempt(self):
+        tasks = self.enterContext(run_tasks(retries=True))
+        self.client.post("/start/flaky/")
+
+        ran = tasks.drain()
+
+        self.assertEqual([r.status for r in ran], ["queued", "queued", "succeeded"])
+        self.assertEqual(ran[-1].task.result, {"fetched_on_attempt": 3})
+
+    def test_a_failed_task_is_retried_from_the_page(self):
+        tasks = self.enterContext(run_tasks())
+        task = cairnq_django.enqueue("flaky_fetch", {"succeed_on": 2})
+        [ran] = tasks.drain()  # retries off: the first failure is final
+        self.assertEqual(ran.status, "failed")
+
+        self.client.post(f"/tasks/{task.id}/retry/")
+        [ran] = tasks.drain()
+
+        self.assertEqual((ran.status, ran.task.attempt), ("succeeded", 2))
+
+    def test_only_the_two_demo_tasks_can_be_started(self):
+        self.assertEqual(self.client.post("/start/other/").status_code, 404)
