@@ -283,3 +283,15 @@ def test_the_decorator_takes_cairnq_options(store):
     row = cairnq_django.get(decorated.enqueue().id)
     assert (row.name, row.max_attempts) == ("tests.decorated", 4)
     assert decorated.conflict == "reject"
+
+
+def test_the_on_commit_option_writes_the_row_after_the_commit(
+    store, django_capture_on_commit_callbacks
+):
+    config = {"BACKEND": "cairnq_django.backends.CairnQBackend", "OPTIONS": {"ON_COMMIT": True}}
+    with override_settings(TASKS={"default": config}):
+        with django_capture_on_commit_callbacks(execute=True):
+            result = tasks.add.enqueue(1, 1)
+            assert (result.status, result.enqueued_at) == ("READY", None)
+            assert cairnq_django.get(result.id) is None
+    assert cairnq_django.get(result.id).payload == {"args": [1, 1], "kwargs": {}}

@@ -58,10 +58,16 @@ class CairnQBackend(compat.BaseTaskBackend):
         super().__init__(alias, params)
         self.unknown_options = sorted(set(self.options) - set(OPTION_DEFAULTS))
         merged = {**OPTION_DEFAULTS, **self.options}
-        self.database: str = merged["DATABASE"] or cairnq_settings.DATABASE
+        self._database = merged["DATABASE"]
         self.max_attempts = merged["MAX_ATTEMPTS"]
         self.modules: list[str] = list(merged["MODULES"])
         self.on_commit = merged["ON_COMMIT"]
+
+    @property
+    def database(self) -> str:
+        """Alias of the database holding the CairnQ tables."""
+        # Read on use, like every CAIRNQ setting, so override_settings applies.
+        return self._database or cairnq_settings.DATABASE
 
     # ------------------------------------------------------------ validation
     def validate_task(self, task: Any) -> None:
