@@ -295,3 +295,22 @@ def test_the_on_commit_option_writes_the_row_after_the_commit(
             assert (result.status, result.enqueued_at) == ("READY", None)
             assert cairnq_django.get(result.id) is None
     assert cairnq_django.get(result.id).payload == {"args": [1, 1], "kwargs": {}}
+
+
+def test_progress_and_message_reach_framework_metadata_where_it_exists(store, monkeypatch):
+    """Django's main branch adds TaskResult.metadata; a stand-in with that field here."""
+    from dataclasses import dataclass, field
+
+    @dataclass(frozen=True, slots=True, kw_only=True)
+    class ResultWithMetadata(compat.TaskResult):
+        metadata: dict = field(default_factory=dict)
+
+    monkeypatch.setattr(compat, "TaskResult", ResultWithMetadata)
+    monkeypatch.setattr(compat, "HAS_METADATA", True)
+    queued = tasks.add.enqueue(1, 1)
+    assert queued.metadata == {"_progress": None, "_message": None}
+    row = store.claim(queues=["default"], worker_id="w", limit=1)[0]
+    row = store.progress(row.id, "w", 0.5, "half way")
+    assert to_result(tasks.add, row, "default").metadata == {
+        "_progress": 0.5, "_message": "half way"
+    }
