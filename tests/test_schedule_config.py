@@ -133,6 +133,12 @@ def test_check_reports_a_task_name_no_handler_is_registered_for():
     assert "tests.echo" in hint and "SILENCED_SYSTEM_CHECKS = ['cairnq.E031']" in hint
 
 
+def test_check_reports_unknown_tasks_beside_bad_schedules():
+    found = checks({"bad": {"task": "tests.echo", "every": 10},
+                    "typo": {"task": "tests.ecko", "every": 5000}})
+    assert [f[0] for f in found] == ["cairnq.E030", "cairnq.E031"]
+
+
 def test_schedule_is_a_known_cairnq_key():
     from cairnq_django.checks import check_settings
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.conf import settings
 from django.core.checks import Error, Tags, register
 
-from .config import SETTING, parse_schedule, schedule_config_errors
+from .config import SETTING, read_schedule
 
 
 @register(Tags.compatibility)
@@ -13,18 +13,15 @@ def check_schedule(app_configs=None, **kwargs):
     user = getattr(settings, "CAIRNQ", None)
     if not isinstance(user, dict) or user.get("SCHEDULE") is None:
         return []
-    value = user["SCHEDULE"]
-    errors = [
-        Error(str(error), hint=error.hint, id="cairnq.E030")
-        for error in schedule_config_errors(value)
-    ]
-    if errors:
-        return errors
-    return _unknown_task_errors(parse_schedule(value))
+    schedules, faults = read_schedule(user["SCHEDULE"])
+    errors = [Error(str(fault), hint=fault.hint, id="cairnq.E030") for fault in faults]
+    return errors + _unknown_task_errors(schedules)
 
 
 def _unknown_task_errors(schedules):
     """Schedules naming a task no handler in this project is registered for."""
+    if not schedules:
+        return []
     from ..worker.registry import autodiscover, registry
 
     autodiscover()

@@ -158,7 +158,18 @@ def parse_schedule(value: Any) -> list[Schedule]:
 
 def schedule_config_errors(value: Any) -> list[ScheduleConfigError]:
     """Every fault in the SCHEDULE setting, for the system check."""
-    return [error for error, _ in _each(value) if error is not None]
+    return read_schedule(value)[1]
+
+
+def read_schedule(value: Any) -> tuple[list[Schedule], list[ScheduleConfigError]]:
+    """The schedules that parse, and the faults of those that do not."""
+    schedules, errors = [], []
+    for error, schedule in _each(value):
+        if error is not None:
+            errors.append(error)
+        else:
+            schedules.append(schedule)
+    return schedules, errors
 
 
 def configured_schedules() -> list[Schedule]:
