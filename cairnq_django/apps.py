@@ -1,4 +1,5 @@
 from django.apps import AppConfig
+from django.db.models.signals import post_migrate
 from django.utils.translation import gettext_lazy as _
 
 
@@ -13,6 +14,7 @@ class CairnQConfig(AppConfig):
         from . import waiting, wakeup
 
         waiting.set_done_sleeper(wakeup.sleep_until_done, wakeup.asleep_until_done)
+        post_migrate.connect(_restore_protocol_rows, sender=self)
 
         from .conf import cairnq_settings
 
@@ -20,3 +22,20 @@ class CairnQConfig(AppConfig):
             from .observability import tracing
 
             tracing.connect()
+
+
+def _restore_protocol_rows(sender, using, **kwargs) -> None:
+    """Put back the meta rows and ledger after a flush (tests' TransactionTestCase).
+
+    `flush` empties every managed table, and without `cairnq_meta` no peer or
+    worker process would accept the database; after `migrate` this is a no-op.
+    """
+    from django.db import connections
+
+    from .schema import ensure_protocol_rows
+
+    connection = connections[using]
+    if "cairnq_meta" not in connection.introspection.table_names():
+        return  # migrated to zero, or not migrated on this alias
+    with connection.cursor() as cursor:
+        ensure_protocol_rows(cursor, connection.vendor)

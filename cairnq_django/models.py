@@ -1,15 +1,19 @@
-"""Django's view of the CairnQ tables, for the admin and for ORM reads.
+"""The CairnQ tables at schema 10, declared as Django models.
 
-The tables belong to the protocol (see schema.py), so these models are
-unmanaged: Django never generates DDL for them, and every state transition goes
-through the store, never through `Model.save()` or `QuerySet.update()`.
+The models are the schema: `makemigrations` writes the migrations from them,
+and every column, default, CHECK and index here is what the protocol's peers
+create (tests/test_schema.py compares the catalogs). Peers in other languages
+read and write the same rows, so every state transition goes through the store,
+never through `Model.save()` or `QuerySet.update()`.
 """
 
 from __future__ import annotations
 
 from django.db import models
+from django.db.models import Q, Value
 from django.utils.translation import gettext_lazy as _
 
+from .fields import CascadingForeignKey, EpochMillisField, ProtocolIndex, ProtocolTextField
 from .records import STATUSES, TERMINAL_STATUSES
 
 
@@ -24,35 +28,70 @@ class TaskQuerySet(models.QuerySet):
 class Task(models.Model):
     STATUS_CHOICES = [(status, status) for status in STATUSES]
 
-    id = models.TextField(primary_key=True)
+    id = ProtocolTextField(primary_key=True)
     name = models.TextField()
-    queue = models.TextField(default="default")
+    queue = models.TextField(db_default="default")
     status = models.TextField(choices=STATUS_CHOICES)
     payload = models.JSONField()
     result = models.JSONField(null=True)
     error = models.JSONField(null=True)
-    metadata = models.JSONField(default=dict)
+    metadata = models.JSONField(db_default=Value({}, output_field=models.JSONField()))
     progress = models.FloatField(null=True)
     message = models.TextField(null=True)
-    attempt = models.IntegerField(default=0)
-    max_attempts = models.IntegerField(default=3)
-    priority = models.IntegerField(default=0)
+    attempt = models.IntegerField(db_default=0)
+    max_attempts = models.IntegerField(db_default=3)
+    priority = models.IntegerField(db_default=0)
     worker_id = models.TextField(null=True)
-    lease_until_ms = models.BigIntegerField(null=True)
-    run_at_ms = models.BigIntegerField()
-    cancel_requested_at_ms = models.BigIntegerField(null=True)
+    lease_until_ms = EpochMillisField(null=True)
+    run_at_ms = EpochMillisField()
+    cancel_requested_at_ms = EpochMillisField(null=True)
     parent_id = models.TextField(null=True)
     root_id = models.TextField(null=True)
     correlation_id = models.TextField(null=True)
-    created_at_ms = models.BigIntegerField()
-    updated_at_ms = models.BigIntegerField()
-    completed_at_ms = models.BigIntegerField(null=True)
+    created_at_ms = EpochMillisField()
+    updated_at_ms = EpochMillisField()
+    completed_at_ms = EpochMillisField(null=True)
 
     objects = TaskQuerySet.as_manager()
 
     class Meta:
-        managed = False
         db_table = "cairnq_tasks"
+        # The protocol's index set at schema 10, under its own names. Partial
+        # predicates match the statements' WHERE terms, since SQLite uses a
+        # partial index only when it can prove the query implies it.
+        indexes = [
+            ProtocolIndex(
+                fields=["queue", "status", "-priority", "run_at_ms", "id"],
+                name="cairnq_tasks_claim_idx",
+            ),
+            ProtocolIndex(
+                fields=["queue", "status", "name", "-priority", "run_at_ms", "id"],
+                name="cairnq_tasks_claim_name_idx",
+            ),
+            ProtocolIndex(fields=["name"], name="cairnq_tasks_name_idx"),
+            ProtocolIndex(fields=["root_id"], name="cairnq_tasks_root_idx"),
+            ProtocolIndex(fields=["correlation_id"], name="cairnq_tasks_correlation_idx"),
+            ProtocolIndex(fields=["completed_at_ms"], name="cairnq_tasks_completed_idx"),
+            ProtocolIndex(
+                fields=["status", "completed_at_ms"], name="cairnq_tasks_status_completed_idx"
+            ),
+            ProtocolIndex(
+                fields=["lease_until_ms"],
+                name="cairnq_tasks_lease_idx",
+                condition=Q(status="running") & Q(lease_until_ms__isnull=False),
+            ),
+            ProtocolIndex(
+                fields=["queue", "completed_at_ms"],
+                name="cairnq_tasks_queue_completed_idx",
+                condition=Q(status__in=TERMINAL_STATUSES),
+            ),
+        ]
+        constraints = [
+            # The name PostgreSQL gives the peers' unnamed column CHECK.
+            models.CheckConstraint(
+                condition=Q(status__in=STATUSES), name="cairnq_tasks_status_check"
+            ),
+        ]
         verbose_name = _("task")
         verbose_name_plural = _("tasks")
         permissions = [
@@ -70,17 +109,14 @@ class Task(models.Model):
 
 
 class TaskKey(models.Model):
-    key = models.TextField(primary_key=True)
-    # The database cascades the delete (the protocol's FK), so Django must not.
-    task = models.ForeignKey(
-        Task, on_delete=models.DO_NOTHING, db_column="task_id", related_name="keys",
-        db_constraint=False,
-    )
-    created_at_ms = models.BigIntegerField()
-    updated_at_ms = models.BigIntegerField()
+    key = ProtocolTextField(primary_key=True)
+    # The database cascades a task's delete to its key (see CascadingForeignKey),
+    # whoever deletes it, so Django must not try to.
+    task = CascadingForeignKey(Task, on_delete=models.DO_NOTHING, related_name="keys")
+    created_at_ms = EpochMillisField()
+    updated_at_ms = EpochMillisField()
 
     class Meta:
-        managed = False
         db_table = "cairnq_task_keys"
         verbose_name = _("task key")
 
@@ -89,11 +125,10 @@ class TaskKey(models.Model):
 
 
 class ProtocolMeta(models.Model):
-    key = models.TextField(primary_key=True)
+    key = ProtocolTextField(primary_key=True)
     value = models.TextField()
 
     class Meta:
-        managed = False
         db_table = "cairnq_meta"
         verbose_name = _("protocol metadata")
         verbose_name_plural = _("protocol metadata")
@@ -102,11 +137,10 @@ class ProtocolMeta(models.Model):
 class PeerMigration(models.Model):
     """A row of the peers' own migration ledger (not Django's)."""
 
-    name = models.TextField(primary_key=True)
-    applied_at_ms = models.BigIntegerField()
+    name = ProtocolTextField(primary_key=True)
+    applied_at_ms = EpochMillisField()
 
     class Meta:
-        managed = False
         db_table = "cairnq_migrations"
         verbose_name = _("peer migration")
 

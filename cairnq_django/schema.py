@@ -1,9 +1,16 @@
-"""The CairnQ tables at schema_version 10, as DDL for each database vendor.
+"""What the migrations do beyond the models: adopt a peer's tables, and the protocol's rows.
 
-Django owns the order in which this runs (migration 0001), but the tables are
-the protocol's: peers in other languages read and write them, so every column,
-constraint and index here mirrors what `cairnq` 0.15.1 creates. Statements are
-idempotent so that migrating a database a peer already set up changes nothing.
+The models declare the tables (see models.py). Three things have no Django
+field or option, and live here for the migrations to call:
+
+- A database a peer (the `cairnq` SDK, the TypeScript SDK) set up first
+  already has the tables. Migrating it verifies them against the models,
+  through the catalog, and changes nothing; any other schema version is
+  refused with what to do, and nothing is changed either.
+- PostgreSQL's notify trigger, which wakes listeners when a task is queued or
+  finishes.
+- The `cairnq_meta` rows and the peers' `cairnq_migrations` ledger, which tell
+  a connecting peer that the schema is current, so it runs no DDL of its own.
 """
 
 from __future__ import annotations
@@ -13,9 +20,8 @@ from .ids import now_ms
 PROTOCOL_VERSION = 1
 SCHEMA_VERSION = 10
 
-# The peers' own migration ledger. Recording every upstream file as applied
-# tells a connecting peer the schema is current, so it runs no DDL against
-# tables Django owns. SQLite never had a 0003 (the notify trigger is Postgres-only).
+# The peers' own migration ledger at schema 10. SQLite never had a 0003 (the
+# notify trigger is Postgres-only).
 UPSTREAM_MIGRATIONS = {
     "sqlite": (
         "0001_init.sql",
@@ -42,156 +48,36 @@ UPSTREAM_MIGRATIONS = {
     ),
 }
 
-_SQLITE_TABLES = [
-    """
-    CREATE TABLE IF NOT EXISTS cairnq_tasks (
-        id text PRIMARY KEY,
-        name text NOT NULL,
-        queue text NOT NULL DEFAULT 'default',
-        status text NOT NULL CHECK (status IN ('queued', 'running', 'succeeded', 'failed', 'canceled')),
-        payload text NOT NULL CHECK (json_valid(payload)),
-        result text CHECK (result IS NULL OR json_valid(result)),
-        error text CHECK (error IS NULL OR json_valid(error)),
-        metadata text NOT NULL DEFAULT '{}' CHECK (json_valid(metadata)),
-        progress real,
-        message text,
-        attempt integer NOT NULL DEFAULT 0,
-        max_attempts integer NOT NULL DEFAULT 3,
-        priority integer NOT NULL DEFAULT 0,
-        worker_id text,
-        lease_until_ms integer,
-        run_at_ms integer NOT NULL,
-        cancel_requested_at_ms integer,
-        parent_id text,
-        root_id text,
-        correlation_id text,
-        created_at_ms integer NOT NULL,
-        updated_at_ms integer NOT NULL,
-        completed_at_ms integer
-    )
-    """,
-    """
-    CREATE TABLE IF NOT EXISTS cairnq_task_keys (
-        key text PRIMARY KEY,
-        task_id text NOT NULL REFERENCES cairnq_tasks(id) ON DELETE CASCADE,
-        created_at_ms integer NOT NULL,
-        updated_at_ms integer NOT NULL
-    )
-    """,
-    "CREATE TABLE IF NOT EXISTS cairnq_meta (key text PRIMARY KEY, value text NOT NULL)",
-    """
-    CREATE TABLE IF NOT EXISTS cairnq_migrations (
-        name text PRIMARY KEY, applied_at_ms integer NOT NULL
-    )
-    """,
-]
-
-_POSTGRES_TABLES = [
-    """
-    CREATE TABLE IF NOT EXISTS cairnq_tasks (
-        id text PRIMARY KEY,
-        name text NOT NULL,
-        queue text NOT NULL DEFAULT 'default',
-        status text NOT NULL CHECK (status IN ('queued', 'running', 'succeeded', 'failed', 'canceled')),
-        payload jsonb NOT NULL,
-        result jsonb,
-        error jsonb,
-        metadata jsonb NOT NULL DEFAULT '{}'::jsonb,
-        progress double precision,
-        message text,
-        attempt integer NOT NULL DEFAULT 0,
-        max_attempts integer NOT NULL DEFAULT 3,
-        priority integer NOT NULL DEFAULT 0,
-        worker_id text,
-        lease_until_ms bigint,
-        run_at_ms bigint NOT NULL,
-        cancel_requested_at_ms bigint,
-        parent_id text,
-        root_id text,
-        correlation_id text,
-        created_at_ms bigint NOT NULL,
-        updated_at_ms bigint NOT NULL,
-        completed_at_ms bigint
-    )
-    """,
-    """
-    CREATE TABLE IF NOT EXISTS cairnq_task_keys (
-        key text PRIMARY KEY,
-        task_id text NOT NULL REFERENCES cairnq_tasks(id) ON DELETE CASCADE,
-        created_at_ms bigint NOT NULL,
-        updated_at_ms bigint NOT NULL
-    )
-    """,
-    "CREATE TABLE IF NOT EXISTS cairnq_meta (key text PRIMARY KEY, value text NOT NULL)",
-    """
-    CREATE TABLE IF NOT EXISTS cairnq_migrations (
-        name text PRIMARY KEY, applied_at_ms bigint NOT NULL
-    )
-    """,
-]
-
-# Shared by both vendors: the index set of schema 10. Partial predicates are
-# spelled exactly as the claim/recovery/purge statements spell their WHERE
-# terms, because SQLite only uses a partial index it can match syntactically.
-_INDEXES = [
-    "CREATE INDEX IF NOT EXISTS cairnq_tasks_claim_idx"
-    " ON cairnq_tasks (queue, status, priority DESC, run_at_ms, id)",
-    "CREATE INDEX IF NOT EXISTS cairnq_tasks_claim_name_idx"
-    " ON cairnq_tasks (queue, status, name, priority DESC, run_at_ms, id)",
-    "CREATE INDEX IF NOT EXISTS cairnq_tasks_name_idx ON cairnq_tasks (name)",
-    "CREATE INDEX IF NOT EXISTS cairnq_tasks_root_idx ON cairnq_tasks (root_id)",
-    "CREATE INDEX IF NOT EXISTS cairnq_tasks_correlation_idx ON cairnq_tasks (correlation_id)",
-    "CREATE INDEX IF NOT EXISTS cairnq_tasks_completed_idx ON cairnq_tasks (completed_at_ms)",
-    "CREATE INDEX IF NOT EXISTS cairnq_tasks_status_completed_idx"
-    " ON cairnq_tasks (status, completed_at_ms)",
-    "CREATE INDEX IF NOT EXISTS cairnq_tasks_lease_idx ON cairnq_tasks (lease_until_ms)"
-    " WHERE status = 'running' AND lease_until_ms IS NOT NULL",
-    "CREATE INDEX IF NOT EXISTS cairnq_tasks_queue_completed_idx"
-    " ON cairnq_tasks (queue, completed_at_ms)"
-    " WHERE status IN ('succeeded', 'failed', 'canceled')",
-]
+PROTOCOL_MODELS = ("PeerMigration", "ProtocolMeta", "Task", "TaskKey")
 
 # Wakes LISTENers; they only use it to cut a poll sleep short. The WHEN clause
 # keeps the most frequent status write (claim, into 'running') out of plpgsql.
-_POSTGRES_NOTIFY = [
-    """
-    CREATE OR REPLACE FUNCTION cairnq_notify() RETURNS trigger AS $$
-    BEGIN
-        IF new.status = 'queued'
-           AND (tg_op = 'INSERT' OR old.status IS DISTINCT FROM new.status) THEN
-            PERFORM pg_notify('cairnq_queued', new.queue);
-        ELSIF tg_op = 'UPDATE'
-              AND new.status IN ('succeeded', 'failed', 'canceled')
-              AND old.status NOT IN ('succeeded', 'failed', 'canceled') THEN
-            PERFORM pg_notify('cairnq_done', new.id);
-        END IF;
-        RETURN NULL;
-    END;
-    $$ LANGUAGE plpgsql
-    """,
-    "DROP TRIGGER IF EXISTS cairnq_tasks_notify ON cairnq_tasks",
-    """
-    CREATE TRIGGER cairnq_tasks_notify
-    AFTER INSERT OR UPDATE OF status ON cairnq_tasks
-    FOR EACH ROW
-    WHEN (new.status IS DISTINCT FROM 'running')
-    EXECUTE FUNCTION cairnq_notify()
-    """,
-]
+NOTIFY_FUNCTION = """
+CREATE OR REPLACE FUNCTION cairnq_notify() RETURNS trigger AS $$
+BEGIN
+    IF new.status = 'queued'
+       AND (tg_op = 'INSERT' OR old.status IS DISTINCT FROM new.status) THEN
+        PERFORM pg_notify('cairnq_queued', new.queue);
+    ELSIF tg_op = 'UPDATE'
+          AND new.status IN ('succeeded', 'failed', 'canceled')
+          AND old.status NOT IN ('succeeded', 'failed', 'canceled') THEN
+        PERFORM pg_notify('cairnq_done', new.id);
+    END IF;
+    RETURN NULL;
+END;
+$$ LANGUAGE plpgsql
+"""
+NOTIFY_TRIGGER = """
+CREATE TRIGGER cairnq_tasks_notify
+AFTER INSERT OR UPDATE OF status ON cairnq_tasks
+FOR EACH ROW
+WHEN (new.status IS DISTINCT FROM 'running')
+EXECUTE FUNCTION cairnq_notify()
+"""
 
-_META_ROWS = [
-    (
-        "INSERT INTO cairnq_meta (key, value) VALUES ('protocol_version', %s)"
-        " ON CONFLICT (key) DO NOTHING",
-        [str(PROTOCOL_VERSION)],
-    ),
-    (
-        "INSERT INTO cairnq_meta (key, value) VALUES ('schema_version', %s)"
-        # DO NOTHING: a newer peer may already have moved the schema on.
-        " ON CONFLICT (key) DO NOTHING",
-        [str(SCHEMA_VERSION)],
-    ),
-]
+
+class SchemaMismatch(RuntimeError):
+    """The database holds CairnQ tables this app cannot adopt unchanged."""
 
 
 def installed_schema_version(cursor, vendor: str) -> int | None:
@@ -209,62 +95,131 @@ def installed_schema_version(cursor, vendor: str) -> int | None:
     return int(row[0]) if row else None
 
 
-def refuse_outdated_schema(cursor, vendor: str) -> None:
-    """Raise if a peer already installed an older schema this migration cannot upgrade.
-
-    Our DDL is idempotent, not incremental: over a schema-7 installation it
-    would leave the old claim indexes in place while recording every upstream
-    migration as applied, so no peer would ever rebuild them.
-    """
+def refuse_other_schema(cursor, vendor: str) -> None:
+    """Raise if a peer installed a schema version other than the one the models declare."""
     version = installed_schema_version(cursor, vendor)
-    if version is not None and version < SCHEMA_VERSION:
-        raise RuntimeError(
-            f"This database already holds CairnQ tables at schema_version {version}, created "
-            f"by another CairnQ implementation; cairnq_django needs {SCHEMA_VERSION}. Upgrade "
-            "them first by connecting cairnq>=0.15 (or another peer at schema 10) once, then "
-            "run migrate again."
-        )
-
-
-def create_statements(vendor: str) -> list[tuple[str, list]]:
-    """Return (sql, params) pairs that bring an empty database to schema 10."""
-    if vendor == "sqlite":
-        ddl = _SQLITE_TABLES + ["DROP INDEX IF EXISTS cairnq_tasks_status_idx"] + _INDEXES
-    elif vendor == "postgresql":
-        ddl = (
-            _POSTGRES_TABLES
-            + ["DROP INDEX IF EXISTS cairnq_tasks_status_idx"]
-            + _INDEXES
-            + _POSTGRES_NOTIFY
+    if version is None or version == SCHEMA_VERSION:
+        return
+    if version < SCHEMA_VERSION:
+        advice = (
+            "Upgrade them first by connecting cairnq>=0.15 (or another peer at schema "
+            f"{SCHEMA_VERSION}) once, then run migrate again."
         )
     else:
-        raise NotImplementedError(
-            f"cairnq_django supports SQLite and PostgreSQL, not {vendor!r}."
+        advice = (
+            "A newer CairnQ implementation migrated them; upgrade cairnq_django to a release "
+            f"that speaks schema {version}."
         )
-    statements = [(sql.strip(), []) for sql in ddl] + list(_META_ROWS)
-    for name in UPSTREAM_MIGRATIONS[vendor]:
-        if vendor == "postgresql":
-            clock, params = "(extract(epoch from clock_timestamp()) * 1000)::bigint", [name]
-        else:
-            clock, params = "%s", [name, now_ms()]
-        statements.append(
-            (
-                f"INSERT INTO cairnq_migrations (name, applied_at_ms) VALUES (%s, {clock})"
-                " ON CONFLICT (name) DO NOTHING",
-                params,
+    raise SchemaMismatch(
+        f"This database already holds CairnQ tables at schema_version {version}, created by "
+        f"another CairnQ implementation; cairnq_django needs {SCHEMA_VERSION}. {advice} "
+        "Nothing was changed."
+    )
+
+
+# ------------------------------------------------------------ migration 0001
+def create_or_adopt_tables(apps, schema_editor) -> None:
+    """Create the tables from the models, or verify a peer's and leave them as they are."""
+    connection = schema_editor.connection
+    models = [apps.get_model("cairnq_django", name) for name in PROTOCOL_MODELS]
+    existing = set(connection.introspection.table_names())
+    present = [m._meta.db_table for m in models if m._meta.db_table in existing]
+    if not present:
+        for model in models:
+            schema_editor.create_model(model)
+        return
+    with connection.cursor() as cursor:
+        refuse_other_schema(cursor, connection.vendor)
+    problems = [f"table {m._meta.db_table} is missing" for m in models
+                if m._meta.db_table not in existing]
+    if not problems:
+        problems = _differences(models, connection)
+    if problems:
+        raise SchemaMismatch(
+            "This database holds CairnQ tables that differ from schema "
+            f"{SCHEMA_VERSION}: {'; '.join(problems)}. Nothing was changed; restore the "
+            "peer's schema (or migrate an empty database) and run migrate again."
+        )
+
+
+def drop_tables(apps, schema_editor) -> None:
+    for name in reversed(PROTOCOL_MODELS):
+        schema_editor.delete_model(apps.get_model("cairnq_django", name))
+
+
+def _differences(models, connection) -> list[str]:
+    """Where the tables in the database differ from the models, read from the catalog."""
+    problems = []
+    with connection.cursor() as cursor:
+        for model in models:
+            table = model._meta.db_table
+            columns = {
+                c.name: c for c in connection.introspection.get_table_description(cursor, table)
+            }
+            constraints = connection.introspection.get_constraints(cursor, table)
+            for field in model._meta.local_fields:
+                column = columns.get(field.column)
+                if column is None:
+                    problems.append(f"{table}.{field.column} is missing")
+                elif not field.primary_key and bool(column.null_ok) != field.null:
+                    problems.append(f"{table}.{field.column} is {'' if column.null_ok else 'NOT '}NULL")
+            for index in model._meta.indexes:
+                if index.name not in constraints:
+                    problems.append(f"index {index.name} is missing")
+            for field in model._meta.local_fields:
+                if field.is_relation and not any(
+                    info.get("foreign_key") == (field.related_model._meta.db_table,
+                                                field.target_field.column)
+                    and info["columns"] == [field.column]
+                    for info in constraints.values()
+                ):
+                    problems.append(f"the foreign key {table}.{field.column} is missing")
+    return problems
+
+
+# ------------------------------------------- migration 0001, after the tables
+def install_protocol_objects(apps, schema_editor) -> None:
+    """The notify trigger (PostgreSQL), the meta rows and the peers' ledger."""
+    connection = schema_editor.connection
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(
+                "SELECT count(*) FROM pg_trigger WHERE tgname = 'cairnq_tasks_notify'"
+                " AND tgrelid = 'cairnq_tasks'::regclass"
             )
+            if not cursor.fetchone()[0]:  # a peer's trigger is left as it is
+                cursor.execute(NOTIFY_FUNCTION)
+                cursor.execute(NOTIFY_TRIGGER)
+        ensure_protocol_rows(cursor, connection.vendor)
+        if connection.vendor == "sqlite":
+            # Without statistics SQLite's planner skips the lease-recovery index.
+            cursor.execute("ANALYZE cairnq_tasks")
+
+
+def remove_protocol_objects(apps, schema_editor) -> None:
+    connection = schema_editor.connection
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute("DROP TRIGGER IF EXISTS cairnq_tasks_notify ON cairnq_tasks")
+            cursor.execute("DROP FUNCTION IF EXISTS cairnq_notify()")
+        cursor.execute("DELETE FROM cairnq_meta")
+        cursor.execute("DELETE FROM cairnq_migrations")
+
+
+def ensure_protocol_rows(cursor, vendor: str) -> None:
+    """Insert the meta rows and ledger entries that are missing; never change one."""
+    for key, value in (("protocol_version", PROTOCOL_VERSION), ("schema_version", SCHEMA_VERSION)):
+        cursor.execute(
+            "INSERT INTO cairnq_meta (key, value) VALUES (%s, %s) ON CONFLICT (key) DO NOTHING",
+            [key, str(value)],
         )
-    return statements
-
-
-def drop_statements(vendor: str) -> list[str]:
-    """Return the DDL that removes every CairnQ object (the migration's reverse)."""
-    statements = [
-        "DROP TABLE IF EXISTS cairnq_task_keys",
-        "DROP TABLE IF EXISTS cairnq_tasks",
-        "DROP TABLE IF EXISTS cairnq_meta",
-        "DROP TABLE IF EXISTS cairnq_migrations",
-    ]
     if vendor == "postgresql":
-        statements.append("DROP FUNCTION IF EXISTS cairnq_notify()")
-    return statements
+        clock, extra = "(extract(epoch from clock_timestamp()) * 1000)::bigint", []
+    else:
+        clock, extra = "%s", [now_ms()]
+    for name in UPSTREAM_MIGRATIONS[vendor]:
+        cursor.execute(
+            f"INSERT INTO cairnq_migrations (name, applied_at_ms) VALUES (%s, {clock})"
+            " ON CONFLICT (name) DO NOTHING",
+            [name, *extra],
+        )

@@ -26,6 +26,28 @@ def _normalize_sql(text: str | None) -> str | None:
     return re.sub(r"\s*([(),=])\s*", r"\1", text)
 
 
+def _normalize_predicate(text: str) -> str:
+    """A partial index's WHERE as SQLite's planner compares it: parsed, not spelled.
+
+    Django quotes identifiers and wraps the condition in parentheses; SQLite
+    matches a query against the predicate's expression tree, where neither
+    leaves a trace, so both spellings are folded to the bare form.
+    """
+    text = _normalize_sql(text).replace('"', "")
+    while text.startswith("(") and text.endswith(")") and _balanced(text[1:-1]):
+        text = text[1:-1]
+    return text
+
+
+def _balanced(text: str) -> bool:
+    depth = 0
+    for char in text:
+        depth += {"(": 1, ")": -1}.get(char, 0)
+        if depth < 0:
+            return False
+    return depth == 0
+
+
 # ------------------------------------------------------------------- SQLite
 def sqlite_catalog(cursor) -> dict:
     """Tables, columns, foreign keys and indexes of the cairnq_* objects."""
@@ -63,7 +85,9 @@ def sqlite_catalog(cursor) -> dict:
             predicate = None
             if partial:
                 sql = _rows(cursor, f"SELECT sql FROM sqlite_master WHERE name = '{name}'")[0][0]
-                predicate = _normalize_sql(re.split(r"\bwhere\b", sql, flags=re.I, maxsplit=1)[1])
+                predicate = _normalize_predicate(
+                    re.split(r"\bwhere\b", sql, flags=re.I, maxsplit=1)[1]
+                )
             # Automatic indexes (the primary keys) get generated names; key them by table.
             label = name if origin == "c" else f"{table}:{origin}"
             catalog["indexes"][label] = {

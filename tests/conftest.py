@@ -18,7 +18,8 @@ def store(db):
 def live_store(transactional_db):
     """The store with real commits (for tests that use other processes).
 
-    Django's flush skips unmanaged models, so the CairnQ rows are cleared here.
+    Cleared here as well as by Django's flush, so a test that fails midway
+    leaves no tasks for the next one even where flush is inhibited.
     """
     yield get_store("default")
     with connections["default"].cursor() as cursor:

@@ -1,0 +1,75 @@
+"""Model fields that declare the CairnQ protocol's column types exactly.
+
+Django's defaults are close but not the same, and the tables are shared with
+peers whose own migrations created them: every difference would be a schema
+the peers do not expect, or an index every insert pays for.
+"""
+
+from __future__ import annotations
+
+from django.db import models
+
+
+class ProtocolTextField(models.TextField):
+    """`text`, without the pattern-ops index Django adds to unique text columns.
+
+    On PostgreSQL Django gives every primary-key, unique or indexed column whose
+    type starts with "text" a second `text_pattern_ops` index for LIKE queries.
+    The protocol has none and nothing here runs LIKE on these columns, so the
+    type is spelled TEXT, which PostgreSQL reads as text and Django's check
+    does not match.
+    """
+
+    def db_type(self, connection):
+        if connection.vendor == "postgresql":
+            return "TEXT"
+        return super().db_type(connection)
+
+
+class EpochMillisField(models.BigIntegerField):
+    """Epoch milliseconds: `bigint` on PostgreSQL, `integer` (64-bit) on SQLite, as the peers declare."""
+
+    def db_type(self, connection):
+        if connection.vendor == "sqlite":
+            return "integer"
+        return super().db_type(connection)
+
+
+class CascadingForeignKey(models.ForeignKey):
+    """A foreign key whose constraint the database enforces with ON DELETE CASCADE.
+
+    The protocol's `cairnq_task_keys.task_id` references `cairnq_tasks(id)` ON
+    DELETE CASCADE, so a purge by any peer, in any language, frees the key.
+    Django 5.2 cannot declare a database-level cascade; Django 6.1's DB_CASCADE
+    can, but makes the constraint DEFERRABLE under a hashed name, unlike the
+    peers'. So the model keeps Django's own constraint off (db_constraint=False)
+    and the column declares the protocol's constraint inline, which both
+    databases accept in CREATE TABLE and name as the peers' is named.
+    """
+
+    def __init__(self, *args, **kwargs):
+        kwargs["db_constraint"] = False
+        kwargs.setdefault("db_index", False)
+        super().__init__(*args, **kwargs)
+
+    def deconstruct(self):
+        name, path, args, kwargs = super().deconstruct()
+        kwargs.pop("db_constraint", None)
+        return name, path, args, kwargs
+
+    def db_type(self, connection):
+        target = self.target_field
+        return (
+            f"{target.rel_db_type(connection)} REFERENCES"
+            f" {self.related_model._meta.db_table}({target.column}) ON DELETE CASCADE"
+        )
+
+
+class ProtocolIndex(models.Index):
+    """An index under its protocol name, which may exceed Django's portable 30 characters.
+
+    Django caps index names for Oracle's sake; SQLite and PostgreSQL (63) take
+    the protocol's names, and the peers look indexes up by them.
+    """
+
+    max_name_length = 63
