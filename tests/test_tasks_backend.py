@@ -70,9 +70,14 @@ def test_arguments_must_be_json(store):
 
 
 def test_unknown_queue_is_refused(store):
-    with pytest.raises(compat.InvalidTask, match="Queue 'nope' is not valid for backend."):
-        tasks.add.using(queue_name="nope")
-    assert tasks.add.using(queue_name="tasks-other").enqueue(1, 1).task.queue_name == "tasks-other"
+    config = {
+        "BACKEND": "cairnq_django.backends.CairnQBackend", "QUEUES": ["default", "tasks-other"]
+    }
+    with override_settings(TASKS={"default": config}):
+        with pytest.raises(compat.InvalidTask, match="Queue 'nope' is not valid for backend."):
+            tasks.add.using(queue_name="nope")
+        other = tasks.add.using(queue_name="tasks-other").enqueue(1, 1)
+    assert cairnq_django.get(other.id).queue == "tasks-other"
 
 
 @pytest.mark.parametrize("priority", [-101, 101, 1.5])
@@ -314,3 +319,17 @@ def test_progress_and_message_reach_framework_metadata_where_it_exists(store, mo
     assert to_result(tasks.add, row, "default").metadata == {
         "_progress": 0.5, "_message": "half way"
     }
+
+
+def test_check_warns_about_queues_no_default_worker_serves():
+    config = {
+        "default": {
+            "BACKEND": "cairnq_django.backends.CairnQBackend",
+            "QUEUES": ["default", "tasks-other", "nobody-serves"],
+        }
+    }
+    with override_settings(TASKS=config):
+        [warning] = compat.task_backends["default"].check()
+        assert warning.id == "cairnq.W101" and "'nobody-serves'" in warning.msg
+        with override_settings(CAIRNQ={"QUEUES": ["default", "nobody-serves"]}):
+            assert compat.task_backends["default"].check() == []
