@@ -39,8 +39,11 @@ def run_with_reloader(build_worker: Callable[[], Any]) -> None:
 def _supervise() -> int:
     """Start the child again each time it exits to reload; return its last exit code."""
     child: subprocess.Popen | None = None
+    stopping = False
 
     def forward(signum: int, frame: Any) -> None:
+        nonlocal stopping
+        stopping = True  # arriving between two children, it ends the loop
         if child is not None and child.poll() is None:
             child.send_signal(signum)
 
@@ -53,6 +56,8 @@ def _supervise() -> int:
     while True:
         child = subprocess.Popen(args, env=env, close_fds=False)
         code = child.wait()
+        if stopping:  # asked to stop while a child was reloading: it has stopped
+            return 0 if code == 3 else code
         if code != 3:  # 3 is the autoreloader's "reload me"
             return code
 
@@ -83,9 +88,10 @@ def _run_child(build_worker: Callable[[], Any]) -> None:
     )
 
     def on_file_changed(sender: Any, file_path: Any, **kwargs: Any) -> None:
-        logger.info("%s changed; stopping the worker to reload.", file_path)
         if built and thread.is_alive():
             built[0].stop()
+        logger.info("%s changed; stopping the worker to reload.", file_path)
+        if built and thread.is_alive():
             thread.join(built[0].shutdown_timeout_ms / 1000 + _STOP_SLACK_S)
         # Returning nothing lets the autoreloader go on and reload.
 

@@ -58,13 +58,15 @@ def test_reload_runs_the_changed_code(live_store, child_env, tmp_path):
         # the change is repeated (newer each time) until it is noticed.
         mtimes = iter(range(1_000_000_100, 1_000_100_000, 100))
 
-        def reloaded():
+        def reloading():
             if "stopping the worker to reload" in worker.output():
                 return True
             _write_probe(probe_file, 2, next(mtimes))
             return False
 
-        wait_for(reloaded, timeout=60, interval=0.5, message="the worker did not reload")
+        wait_for(reloading, timeout=60, interval=0.5, message="the worker did not reload")
+        # The second worker's start line: the first process has exited.
+        wait_for(lambda: worker.output().count(" starting on ") >= 2, timeout=60)
         second = probe.enqueue()
         assert wait_for(lambda: _result(second.id), timeout=60) == 2, worker.output()
 
