@@ -69,6 +69,10 @@ def test_the_worker_runs_framework_tasks(live_store, child_env, tmp_path):
     assert retried.status == SUCCESSFUL and retried.attempts == 2
     assert retried.return_value == {"attempt": 2, "attempts": 2, "worker_ids": 2, "id": retried.id}
     assert retried.last_attempted_at >= retried.started_at
+    recorded = cairnq_django.get(retried.id).metadata["_django_task_attempts"]
+    assert [a["attempt"] for a in recorded] == [1, 2]
+    assert round(retried.started_at.timestamp() * 1000) == recorded[0]["started_at_ms"]
+    assert round(retried.last_attempted_at.timestamp() * 1000) == recorded[1]["started_at_ms"]
     [first_error] = retried.errors
     assert first_error.exception_class is RuntimeError
     assert "not yet: attempt 1" in first_error.traceback
