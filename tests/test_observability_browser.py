@@ -43,7 +43,8 @@ def test_dashboard_and_task_page_follow_a_running_task(browser, live_server, wor
     _history(store)
     failed = _make(store, "failed", "reports.build", queue="reports")
     task = enqueue("tests.wait_cancel", {"timeout": 120})
-    wait_for(lambda: get(task.id).status == "running", timeout=60)
+    # Running, and past the handler's first progress report ("started").
+    wait_for(lambda: get(task.id).message == "started", timeout=60)
     worker_id = get(task.id).worker_id
     wait_for(lambda: WorkerRecord.objects.filter(pk=worker_id, tasks_running=1).exists(),
              timeout=60)

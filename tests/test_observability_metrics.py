@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import threading
+import time
 import urllib.request
 
 import pytest
@@ -56,10 +57,15 @@ def test_a_worker_serves_its_counters_and_histograms(live_store, child_env):
 
         def scrape():
             found = samples(urllib.request.urlopen(url, timeout=10).read().decode())
-            # Signals follow the commit: wait until the last of them is counted.
-            done = value(found, "cairnq_worker_tasks_finished_total", queue="mail",
-                         name="tests.flaky", status="succeeded")
-            return found if done == 1 else None
+            # Signals follow the commit: wait until every finish is counted.
+            finished = [
+                value(found, "cairnq_worker_tasks_finished_total", queue=queue, name=name,
+                      status=status)
+                for queue, name, status in [("mail", "tests.flaky", "succeeded"),
+                                            ("default", "tests.echo", "succeeded"),
+                                            ("default", "tests.permanent", "failed")]
+            ]
+            return found if None not in finished and finished[1] == 2 else None
 
         found = wait_for(scrape, timeout=60)
     finally:
@@ -98,6 +104,7 @@ def test_lease_losses_and_late_heartbeats_are_counted(live_store, counted):
                 cursor.execute("SELECT worker_id FROM cairnq_tasks WHERE id = %s", [ctx.task_id])
                 if cursor.fetchone()[0] != ctx.worker_id:
                     return "too late"
+            time.sleep(0.02)
 
     reg.register("obs.stolen", held_until_stolen)
     worker = Worker(registry=reg, poll_ms=50)

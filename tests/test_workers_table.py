@@ -25,7 +25,8 @@ def test_a_worker_records_itself_and_leaves_on_a_clean_stop(live_store, child_en
                            settings=FAST)
     try:
         task = enqueue("tests.wait_cancel", {"timeout": 60})
-        wait_for(lambda: get(task.id).status == "running", timeout=60)
+        # Running, and past the handler's first progress report.
+        wait_for(lambda: get(task.id).progress == 0.1, timeout=60)
         # The row that counts the running task is at most one interval away.
         wait_for(lambda: [r for r in rows() if r.tasks_running == 1], timeout=60)
         [row] = rows()

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
+from django.db.utils import Error as DatabaseError
 
 from cairnq_django.admin_views import format_duration
 from cairnq_django.conf import cairnq_settings
@@ -89,5 +90,12 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, **options):
-        view = overview(options["database"] or cairnq_settings.DATABASE)
+        alias = options["database"] or cairnq_settings.DATABASE
+        try:
+            view = overview(alias)
+        except DatabaseError as exc:
+            text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise CommandError(
+                f"Reading the queue on database {alias!r} failed (has `migrate` run?): {text}"
+            ) from exc
         self.stdout.write(as_json(view) if options["json"] else as_text(view))
