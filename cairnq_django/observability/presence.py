@@ -26,6 +26,8 @@ logger = logging.getLogger("cairnq_django.worker")
 
 # How long a gone worker's row stays visible before a live worker deletes it.
 FORGET_AFTER_MS = 3_600_000
+# A floor under CAIRNQ['WORKER_REPORT_INTERVAL'], so 0 cannot spin the thread.
+MIN_INTERVAL_MS = 100
 
 
 def package_version() -> str:
@@ -49,7 +51,7 @@ class Presence(threading.Thread):
         super().__init__(name="cairnq-presence", daemon=True)
         self.worker = worker
         self.using = worker.using
-        self.interval_ms = interval_ms
+        self.interval_ms = max(MIN_INTERVAL_MS, int(interval_ms or 0))
         self.running = running
         self.report = report
         self._stop_event = threading.Event()
