@@ -139,3 +139,17 @@ def test_a_worker_process_continues_the_trace(live_store, spans, child_env, tmp_
         assert run["parent_id"] == f"{enq.context.span_id:016x}"
         assert run["kind"] == "CONSUMER" and run["status"] == status
     assert runs[bad.id]["attributes"]["cairnq.error.code"] == "bad_input"
+
+
+def test_attempts_never_ended_are_bounded(spans, monkeypatch):
+    from types import SimpleNamespace
+
+    _, exporter = spans
+    monkeypatch.setattr(tracing, "MAX_OPEN_SPANS", 2)
+    for n in range(3):
+        task = SimpleNamespace(id=f"task_{n}", name="obs.stuck", queue="default", attempt=1,
+                               metadata={})
+        tracing.on_started(None, task=task)
+    [ended] = exporter.get_finished_spans()
+    assert ended.attributes["cairnq.task.id"] == "task_0"
+    assert ended.attributes["cairnq.task.outcome"] == "abandoned"

@@ -43,6 +43,10 @@ _lock = threading.Lock()
 # attempt spans by (task id, attempt).
 _enqueue_spans: dict[int, Any] = {}
 _attempt_spans: dict[tuple[str, int], Any] = {}
+# An attempt whose end is never signalled (its settling write failed and lease
+# recovery will decide) would stay open for ever; past this many, the oldest
+# open span is ended as abandoned.
+MAX_OPEN_SPANS = 10_000
 
 
 def _tracer() -> Any:
@@ -97,8 +101,7 @@ def on_enqueuing(sender, name, queue, metadata, parent=None, **kwargs) -> None:
         for key in TRACE_KEYS:
             metadata.pop(key, None)
         metadata.update(carrier)
-    with _lock:
-        _enqueue_spans[id(metadata)] = span
+    _keep(_enqueue_spans, id(metadata), span)
 
 
 def on_enqueued(sender, metadata, task=None, error=None, **kwargs) -> None:
@@ -133,8 +136,16 @@ def on_started(sender, task, worker=None, **kwargs) -> None:
             "cairnq.worker.id": getattr(worker, "worker_id", "") or "",
         },
     )
+    _keep(_attempt_spans, (task.id, task.attempt), span)
+
+
+def _keep(spans: dict, key: Any, span: Any) -> None:
     with _lock:
-        _attempt_spans[(task.id, task.attempt)] = span
+        spans[key] = span
+        evicted = spans.pop(next(iter(spans))) if len(spans) > MAX_OPEN_SPANS else None
+    if evicted is not None:
+        evicted.set_attribute("cairnq.task.outcome", "abandoned")
+        evicted.end()
 
 
 def _end_attempt(task: Any, outcome: str, error: Any = None) -> None:
