@@ -75,3 +75,10 @@ def test_reload_runs_the_changed_code(live_store, child_env, tmp_path):
     finally:
         sys.modules.pop("reload_probe", None)
         worker.stop()
+
+
+def test_reload_and_burst_do_not_combine():
+    from django.core.management import CommandError, call_command
+
+    with pytest.raises(CommandError, match="--reload and --burst cannot be combined."):
+        call_command("cairnq_worker", "--reload", "--burst")
