@@ -1,8 +1,9 @@
 """What operators see: live workers, queue health, metrics and traces.
 
-Each module is one concern: `models` (the workers table), `presence` (a
-worker recording itself there), `overview` (the queue and workers summary the
-commands, the health check and the dashboard share), `metrics` (Prometheus,
-optional), `tracing` (OpenTelemetry, optional). Metrics and tracing are
-receivers of cairnq_django.signals; nothing here is woven through the worker.
+One module per concern: `models` (the workers table), `presence` (a worker
+recording itself there), `overview` (the queue and workers summary that the
+commands, the health check, the metrics and the admin dashboard share),
+`health` (cairnq_health's rules), `metrics` and `views` (Prometheus, optional),
+`tracing` (OpenTelemetry, optional). Metrics and tracing are receivers of
+cairnq_django.signals; nothing here is woven through the worker.
 """
