@@ -643,3 +643,6 @@ class TaskAdmin(admin.ModelAdmin):
 
 # The schedules page lives with the scheduler; importing it registers it.
 from .schedules import admin as _schedules_admin  # noqa: E402,F401
+
+# The workers table's read-only list lives with it; importing it registers it.
+from . import admin_workers as _workers_admin  # noqa: E402,F401

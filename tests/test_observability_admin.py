@@ -181,3 +181,22 @@ def test_a_running_task_page_has_the_live_panel_and_its_json(admin_client, store
     }
     assert 'id="cq-live"' not in admin_client.get(detail_url(make(store, "queued").id)
                                                   ).content.decode()
+
+
+def test_the_workers_list_is_read_only_and_shows_liveness(client, store):
+    staff(client, "view_workerrecord")
+    add_worker("worker_LIVE")
+    add_worker("worker_GONE", seen_ago_ms=3_600_000)
+    page = client.get("/admin/cairnq_django/workerrecord/")
+    assert page.status_code == 200
+    html = page.content.decode()
+    rows = re.findall(r'<tr>.*?</tr>', html, re.S)
+    live = next(row for row in rows if "worker_LIVE" in row)
+    gone = next(row for row in rows if "worker_GONE" in row)
+    assert "cq-status-succeeded\">live<" in live and "cq-status-canceled\">gone<" in gone
+    assert "1 h 0 min ago" in gone
+    assert 'name="action"' not in html  # no delete action
+    detail = client.get("/admin/cairnq_django/workerrecord/worker_LIVE/change/")
+    assert detail.status_code == 200 and "web-1" in detail.content.decode()
+    assert client.post("/admin/cairnq_django/workerrecord/worker_LIVE/delete/").status_code == 403
+    assert WorkerRecord.objects.count() == 2

@@ -1,0 +1,77 @@
+"""The workers table in the admin: a read-only list of live and gone workers."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.db.models import Value
+from django.utils.html import format_html
+from django.utils.translation import gettext_lazy as _
+
+from .admin_views import format_duration, format_time
+from .conf import cairnq_settings
+from .models import WorkerRecord
+from .observability.overview import database_now_ms
+
+
+@admin.register(WorkerRecord)
+class WorkerAdmin(admin.ModelAdmin):
+    list_display = (
+        "id", "host", "pid", "queue_list", "concurrency", "state", "last_seen", "started",
+        "tasks_running", "tasks_done", "version",
+    )
+    search_fields = ("id", "host")
+    ordering = ("host", "pid", "id")
+    list_per_page = 100
+    show_full_result_count = False
+    fields = list_display[:3] + ("names_list", "interval", *list_display[3:])
+    readonly_fields = fields
+
+    @property
+    def using(self) -> str:
+        return cairnq_settings.DATABASE
+
+    def get_queryset(self, request):
+        # One clock reading per request, on every row: liveness is judged
+        # against the queue's clock, not this web server's.
+        now = database_now_ms(self.using)
+        return super().get_queryset(request).using(self.using).annotate(cq_now=Value(now))
+
+    def has_add_permission(self, request):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False  # a worker removes its own row; a gone one is forgotten after an hour
+
+    @admin.display(description=_("queues"))
+    def queue_list(self, worker):
+        return ", ".join(worker.queues)
+
+    @admin.display(description=_("task names"))
+    def names_list(self, worker):
+        return ", ".join(worker.names) or "-"
+
+    @admin.display(description=_("state"))
+    def state(self, worker):
+        if worker.is_live(worker.cq_now):
+            return format_html('<span class="cq-status cq-status-succeeded">{}</span>', _("live"))
+        return format_html('<span class="cq-status cq-status-canceled">{}</span>', _("gone"))
+
+    @admin.display(description=_("last seen"))
+    def last_seen(self, worker):
+        return _("%(ago)s ago") % {
+            "ago": format_duration(max(0, worker.cq_now - worker.last_seen_ms))
+        }
+
+    @admin.display(description=_("started"))
+    def started(self, worker):
+        return format_time(worker.started_at_ms)
+
+    @admin.display(description=_("report interval"))
+    def interval(self, worker):
+        return format_duration(worker.interval_ms)
+
+    class Media:
+        css = {"all": ("cairnq_django/admin.css",)}
