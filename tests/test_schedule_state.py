@@ -25,8 +25,10 @@ def scheduler(**specs) -> Scheduler:
 
 
 def tasks_of(name):
-    return list(
-        Task.objects.filter(metadata__schedule=name).order_by("created_at_ms", "id")
+    """The schedule's tasks in occurrence order (ids written in one millisecond are unordered)."""
+    return sorted(
+        Task.objects.filter(metadata__schedule=name),
+        key=lambda task: (task.metadata.get("occurrence_ms") or 0, task.created_at_ms),
     )
 
 
