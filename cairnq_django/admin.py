@@ -32,7 +32,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
 from django.utils.translation import gettext_lazy as _
 
-from . import admin_actions, admin_dashboard, admin_task_page, admin_views, compat
+from . import admin_actions, admin_dashboard, admin_task_page, admin_views, admin_workers, compat
 from .admin_views import format_duration, format_time, ms_to_datetime
 from .conf import cairnq_settings
 from .ids import now_ms
@@ -286,7 +286,7 @@ class TaskAdmin(admin.ModelAdmin):
         "keys_list",
         "priority",
         "attempts",
-        "worker_id",
+        "worker_link",
         "progress_bar",
         "message_text",
         "created_at",
@@ -309,7 +309,7 @@ class TaskAdmin(admin.ModelAdmin):
     fieldsets = (
         (None, {"fields": (
             "id", "name", "queue", "status_badge", "keys_list", "priority", "attempts",
-            "worker_id", "progress_bar", "message_text",
+            "worker_link", "progress_bar", "message_text",
         )}),
         (_("Times"), {"fields": (
             "created_at", "run_at", "updated", "lease_until", "cancel_requested_at", "completed",
@@ -540,6 +540,10 @@ class TaskAdmin(admin.ModelAdmin):
     def completed(self, task):
         return format_time(task.completed_at_ms)
 
+    @admin.display(description=_("worker id"))
+    def worker_link(self, task):
+        return admin_workers.worker_link(task.worker_id)
+
     @admin.display(description=_("parent"))
     def parent_link(self, task):
         return self._task_link(task.parent_id)
@@ -643,6 +647,3 @@ class TaskAdmin(admin.ModelAdmin):
 
 # The schedules page lives with the scheduler; importing it registers it.
 from .schedules import admin as _schedules_admin  # noqa: E402,F401
-
-# The workers table's read-only list lives with it; importing it registers it.
-from . import admin_workers as _workers_admin  # noqa: E402,F401

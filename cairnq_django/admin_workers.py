@@ -3,14 +3,29 @@
 from __future__ import annotations
 
 from django.contrib import admin
+from django.contrib.admin.utils import quote
 from django.db.models import Value
-from django.utils.html import format_html
+from django.urls import reverse
+from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext_lazy as _
 
 from .admin_views import format_duration, format_time
 from .conf import cairnq_settings
-from .models import WorkerRecord
+from .models import Task, WorkerRecord
 from .observability.overview import database_now_ms
+
+RUNNING_SHOWN = 50
+
+
+def worker_link(worker_id: str | None):
+    """The worker id, linked to its row in the workers table while it has one."""
+    if not worker_id:
+        return "-"
+    rows = WorkerRecord.objects.using(cairnq_settings.DATABASE)
+    if not rows.filter(pk=worker_id).exists():
+        return worker_id  # stopped, forgotten, or another implementation's worker
+    url = reverse("admin:cairnq_django_workerrecord_change", args=[quote(worker_id)])
+    return format_html('<a href="{}">{}</a>', url, worker_id)
 
 
 @admin.register(WorkerRecord)
@@ -23,7 +38,7 @@ class WorkerAdmin(admin.ModelAdmin):
     ordering = ("host", "pid", "id")
     list_per_page = 100
     show_full_result_count = False
-    fields = list_display[:3] + ("names_list", "interval", *list_display[3:])
+    fields = (*list_display[:3], "names_list", "interval", *list_display[3:], "running_tasks")
     readonly_fields = fields
 
     @property
@@ -68,6 +83,27 @@ class WorkerAdmin(admin.ModelAdmin):
     @admin.display(description=_("started"))
     def started(self, worker):
         return format_time(worker.started_at_ms)
+
+    @admin.display(description=_("tasks it holds"))
+    def running_tasks(self, worker):
+        held = list(
+            Task.objects.using(self.using)
+            .filter(status="running", worker_id=worker.pk)
+            .order_by("id")
+            .values_list("id", "name")[:RUNNING_SHOWN]
+        )
+        if not held:
+            return "-"
+        return format_html(
+            '<ul class="cq-children">{}</ul>',
+            format_html_join(
+                "", '<li><a href="{}">{}</a> {}</li>',
+                (
+                    (reverse("admin:cairnq_django_task_change", args=[quote(i)]), i, n)
+                    for i, n in held
+                ),
+            ),
+        )
 
     @admin.display(description=_("report interval"))
     def interval(self, worker):

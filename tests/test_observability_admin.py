@@ -200,3 +200,18 @@ def test_the_workers_list_is_read_only_and_shows_liveness(client, store):
     assert detail.status_code == 200 and "web-1" in detail.content.decode()
     assert client.post("/admin/cairnq_django/workerrecord/worker_LIVE/delete/").status_code == 403
     assert WorkerRecord.objects.count() == 2
+
+
+def test_a_task_page_links_its_worker_and_the_worker_page_its_tasks(admin_client, store):
+    running = make(store, "running", name="imports.csv")
+    Task.objects.filter(pk=running.id).update(worker_id="worker_LIVE")
+    other = make(store, "running")  # held by "w1", which has no row
+    add_worker("worker_LIVE")
+    worker_url = reverse("admin:cairnq_django_workerrecord_change", args=[quote("worker_LIVE")])
+    assert f'<a href="{worker_url}">worker_LIVE</a>' in admin_client.get(
+        detail_url(running.id)).content.decode()
+    assert '<div class="readonly">w1</div>' in admin_client.get(
+        detail_url(other.id)).content.decode()
+    page = admin_client.get(worker_url).content.decode()
+    task_url = reverse("admin:cairnq_django_task_change", args=[quote(running.id)])
+    assert f'<li><a href="{task_url}">{running.id}</a> imports.csv</li>' in page
