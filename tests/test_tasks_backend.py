@@ -321,15 +321,18 @@ def test_progress_and_message_reach_framework_metadata_where_it_exists(store, mo
     }
 
 
-def test_check_warns_about_queues_no_default_worker_serves():
+def test_a_default_worker_serves_every_backend_queue():
+    """A queue reached only through .using(queue_name=...) is served when QUEUES lists it."""
+    from cairnq_django.worker import Worker
+
     config = {
         "default": {
             "BACKEND": "cairnq_django.backends.CairnQBackend",
-            "QUEUES": ["default", "tasks-other", "nobody-serves"],
+            "QUEUES": ["default", "tasks-other", "only-via-using"],
         }
     }
-    with override_settings(TASKS=config):
-        [warning] = compat.task_backends["default"].check()
-        assert warning.id == "cairnq.W101" and "'nobody-serves'" in warning.msg
-        with override_settings(CAIRNQ={"QUEUES": ["default", "nobody-serves"]}):
-            assert compat.task_backends["default"].check() == []
+    with override_settings(TASKS=config, CAIRNQ={"QUEUES": ["default"]}):
+        assert compat.task_backends["default"].check() == []
+        worker = Worker()
+        assert {"default", "tasks-other", "only-via-using"} <= set(worker.queues)
+        assert Worker(queues=["mine"]).queues == ["mine"]

@@ -179,29 +179,4 @@ class CairnQBackend(compat.BaseTaskBackend):
                         id="cairnq.E104",
                     )
                 )
-        errors += self._unserved_queues(where)
         return errors
-
-    def _unserved_queues(self, where: str) -> list[checks.CheckMessage]:
-        """Warn about QUEUES a worker started without --queue would not serve."""
-        from .worker import import_task_modules
-
-        try:
-            import_task_modules()
-        except Exception:  # a task module that fails to import is reported elsewhere
-            return []
-        configured = cairnq_settings.QUEUES
-        served = {configured} if isinstance(configured, str) else set(configured)
-        served |= {task.queue_name for _, task in known_tasks.items()}
-        unserved = sorted(self.queues - served)
-        if not unserved:
-            return []
-        return [
-            checks.Warning(
-                f"{where}['QUEUES'] lists {', '.join(map(repr, unserved))}, which no task "
-                "declares as its queue_name and CAIRNQ['QUEUES'] does not list: a "
-                "cairnq_worker started without --queue will not run tasks sent there.",
-                hint="Add them to CAIRNQ['QUEUES'], or start workers with --queue.",
-                id="cairnq.W101",
-            )
-        ]

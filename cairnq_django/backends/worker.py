@@ -47,6 +47,16 @@ def cairnq_backend_aliases() -> list[str]:
     return aliases
 
 
+def backend_queues() -> list[str]:
+    """The QUEUES of every CairnQ backend in settings.TASKS, in order, for a worker to serve."""
+    from . import compat
+
+    queues: list[str] = []
+    for alias in cairnq_backend_aliases():
+        queues += sorted(compat.task_backends[alias].queues)
+    return list(dict.fromkeys(queues))
+
+
 def import_task_modules() -> list[ModuleType]:
     """Import installed apps' `tasks` modules and the CairnQ backends' OPTIONS["MODULES"]."""
     autodiscover_modules("tasks")

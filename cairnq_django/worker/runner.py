@@ -166,9 +166,12 @@ class Worker:
         configured = cairnq_settings.QUEUES
         if isinstance(configured, str):
             configured = [configured]
-        # Handlers that declare a queue are served without repeating it in settings.
+        # Handlers that declare a queue, and the QUEUES of the Tasks framework's
+        # CairnQ backends, are served without repeating them in settings.
         declared = [r.queue for r in self.handlers.values() if r.queue]
-        return list(dict.fromkeys([*configured, *declared])) or ["default"]
+        from ..backends.worker import backend_queues
+
+        return list(dict.fromkeys([*configured, *declared, *backend_queues()])) or ["default"]
 
     def _build_sources(self) -> list[_Source]:
         sources, shared = [], []
