@@ -195,7 +195,9 @@ def test_time_comes_from_the_queue_database_clock(monkeypatch):
     from cairnq_django.store import get_store
 
     # A host clock a day behind: PostgreSQL ignores it, SQLite (one host) uses it.
-    monkeypatch.setattr(state, "now_ms", lambda: 86_400_000)
+    from cairnq_django.store import base
+
+    monkeypatch.setattr(base, "now_ms", lambda: 86_400_000)
     scheduler(s={"every": 1000}).tick()
     cursor = ScheduleState.objects.get(name="s").cursor_ms
     if get_store("default").dialect.uses_process_clock:

@@ -5,10 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from django.db import connections
-
 from ..admin_views import QueueStats, queue_stats
-from ..ids import now_ms
 from ..models import Task
 from ..store import get_store
 from .models import WorkerRecord
@@ -16,12 +13,7 @@ from .models import WorkerRecord
 
 def database_now_ms(using: str) -> int:
     """Return "now" from the clock the queue uses (the database's on PostgreSQL)."""
-    dialect = get_store(using).dialect
-    if dialect.uses_process_clock:
-        return now_ms()
-    with connections[using].cursor() as cursor:
-        cursor.execute(f"SELECT {dialect.now}")
-        return int(cursor.fetchone()[0])
+    return get_store(using).clock_ms()
 
 
 @dataclass

@@ -14,9 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import IntegrityError, connections, transaction
+from django.db import IntegrityError, transaction
 
-from ..ids import now_ms
 from ..records import TaskRecord
 from ..store import get_store
 from .config import Schedule
@@ -25,12 +24,7 @@ from .models import ScheduleState
 
 def db_now_ms(using: str) -> int:
     """Now in epoch ms from the queue's clock: the database's on PostgreSQL, this host's on SQLite."""
-    dialect = get_store(using).dialect
-    if dialect.uses_process_clock:
-        return now_ms()
-    with connections[using].cursor() as cursor:
-        cursor.execute(f"SELECT {dialect.now}")
-        return int(cursor.fetchone()[0])
+    return get_store(using).clock_ms()
 
 
 def read_states(using: str, names: list[str] | None = None) -> dict[str, ScheduleState]:

@@ -35,7 +35,6 @@ from ..records import (
     TERMINAL_STATUSES,
     TaskRecord,
     TaskStatus,
-    is_terminal,
 )
 from ..schema import PROTOCOL_VERSION
 from ..jsoncodec import check_text, storable
@@ -181,6 +180,14 @@ class Store:
     def _task(self, sql: str, params: dict | None = None) -> TaskRecord | None:
         rows = self._tasks(sql, params)
         return rows[0] if rows else None
+
+    def clock_ms(self) -> int:
+        """Now in epoch ms from the queue's clock: the database's on PostgreSQL, this host's on SQLite."""
+        if self.dialect.uses_process_clock:
+            return now_ms()
+        with connections[self.using].cursor() as cursor:
+            cursor.execute(f"SELECT {self._now}")
+            return int(cursor.fetchone()[0])
 
     def atomic(self):
         """A write transaction (or savepoint inside the caller's) on this alias."""
