@@ -11,6 +11,7 @@ from cairnq_django.errors import LostLease, SerializationError
 from cairnq_django.worker.settler import Settler
 
 from .storeutil import expire_lease, raw, run
+from .workerutil import wait_for
 
 
 def claimed(store, count, worker="w1"):
@@ -67,8 +68,26 @@ def settler(live_store):
     settler.stop()
 
 
-def test_settler_completes_from_many_threads_each_learning_its_own_outcome(live_store, settler):
-    tasks = claimed(live_store, 12)
+class HeldGate:
+    """A write gate the test holds shut, which says when the settler is waiting at it."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.reached = threading.Event()
+
+    def __enter__(self):
+        self.reached.set()
+        self.lock.acquire()
+
+    def __exit__(self, *exc_info):
+        self.lock.release()
+
+
+def test_settler_completes_from_many_threads_each_learning_its_own_outcome(live_store):
+    gate = HeldGate()
+    settler = Settler(live_store, write_gate=gate)
+    settler.start()
+    first, *rest = tasks = claimed(live_store, 12)
     expire_lease(live_store, tasks[5].id)
     outcomes = {}
 
@@ -81,16 +100,24 @@ def test_settler_completes_from_many_threads_each_learning_its_own_outcome(live_
             connections.close_all()
 
     threads = [threading.Thread(target=finish, args=(t,)) for t in tasks]
-    for thread in threads:
-        thread.start()
+    with gate.lock:
+        # The first completion alone reaches the shut gate; the other eleven
+        # queue behind it meanwhile and must go out together as one group.
+        threads[0].start()
+        assert gate.reached.wait(30)
+        for thread in threads[1:]:
+            thread.start()
+        wait_for(lambda: settler.waiting() == len(rest), timeout=30)
     for thread in threads:
         thread.join(30)
+    settler.stop()
     assert isinstance(outcomes[tasks[5].id], LostLease)
     for task in tasks[:5] + tasks[6:]:
         row = outcomes[task.id]
         assert row.status == "succeeded" and row.result == {"id": task.id}
     assert settler.settled == 11
-    assert settler.groups <= 11
+    assert settler.groups == 2
+    assert first.id in outcomes
 
 
 def test_settler_after_stop_writes_alone_instead_of_queueing(live_store, settler):

@@ -74,6 +74,10 @@ class Settler:
         with self._committing_lock:
             return frozenset(self._committing)
 
+    def waiting(self) -> int:
+        """How many completions are queued for the next group."""
+        return self._items.qsize()
+
     def start(self) -> None:
         with self._open_lock:
             self._open = True
