@@ -32,7 +32,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.http import urlencode
 from django.utils.translation import gettext_lazy as _
 
-from . import admin_actions, admin_dashboard, admin_task_page, admin_views, admin_workers, compat
+from . import admin_actions, admin_dashboard, admin_task_page, admin_views, admin_workers, compat, jsoncodec
 from .admin_views import format_duration, format_time, ms_to_datetime
 from .conf import cairnq_settings
 from .ids import now_ms
@@ -615,9 +615,8 @@ class TaskAdmin(admin.ModelAdmin):
         text, note = _decode_raw(self._raw(task, "payload"))
         if text is None or note is not None:
             return None
-        try:
-            payload = json.loads(text)
-        except ValueError:
+        payload = jsoncodec.loads(text)  # never raises: a poison row stays readable
+        if isinstance(payload, jsoncodec.Undecodable):
             return None
         from .backends.results import describe_call
 
