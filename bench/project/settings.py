@@ -60,7 +60,9 @@ if os.environ.get("BENCH_CONN_MAX_AGE"):
 if BACKEND == "postgres" and os.environ.get("BENCH_SERVER_SIDE_BINDING"):
     DATABASES["default"]["OPTIONS"] = {"server_side_binding": True}
 
-TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}}
+# Only for the system that uses it: cairnq_django runs the Tasks framework's
+# checks, which refuse a django_tasks_db backend whose app is not installed.
+TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}} if SYSTEM == "django_tasks_db" else {}
 CAIRNQ = {}
 PROCRASTINATE_IMPORT_PATHS = ["bench.benchapp.procrastinate_tasks"]
 
