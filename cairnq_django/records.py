@@ -12,6 +12,13 @@ TERMINAL_STATUSES = ("succeeded", "failed", "canceled")
 LIVE_STATUSES = ("queued", "running")
 CONFLICTS = ("reuse", "reuse-succeeded", "reject", "replace")
 
+# The protocol's defaults, shared by every signature that offers them.
+DEFAULT_QUEUE = "default"
+DEFAULT_MAX_ATTEMPTS = 3
+DEFAULT_PRIORITY = 0
+DEFAULT_LEASE_MS = 30000
+DEFAULT_CONFLICT = "reuse"
+
 JSON_COLUMNS = ("payload", "result", "error", "metadata")
 COLUMNS = (
     "id",

@@ -7,11 +7,14 @@ priority) is refused by both.
 
 from __future__ import annotations
 
+import argparse
 import math
+from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
 from .jsoncodec import check_text
+from .records import CONFLICTS
 
 # The protocol's integer columns (priority, attempt, max_attempts) are 32-bit.
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
@@ -28,6 +31,38 @@ MAX_CORRELATION_ID_LENGTH = 255
 # A run time must stay an exact integer for every peer, JavaScript's Number
 # included (2**53); 2**52 ms from now is about 140,000 years.
 MAX_DELAY_MS = 2**52
+
+
+def check_integer(argument: str, value: Any, *, minimum: int = 1) -> int:
+    """An int (never a bool) of at least `minimum`; returns it. Raises ValueError."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{argument} must be an integer >= {minimum}, got {value!r}.")
+    return value
+
+
+def check_conflict(conflict: Any) -> str:
+    """One of the protocol's conflict strategies; returns it. Raises ValueError."""
+    if conflict not in CONFLICTS:
+        raise ValueError(
+            f"Unknown conflict strategy {conflict!r}; use one of {', '.join(CONFLICTS)}."
+        )
+    return conflict
+
+
+def cli_integer(minimum: int = 1) -> Callable[[str], int]:
+    """An argparse `type=` for an integer option: argparse names the option in its error."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {text!r}")
+        return value
+
+    parse.__name__ = "integer" if minimum <= 0 else "positive integer"
+    return parse
 
 
 def check_label(argument: str, value: Any, max_length: int, *, optional: bool = False) -> None:

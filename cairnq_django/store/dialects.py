@@ -1,77 +1,143 @@
-"""What differs between SQLite and PostgreSQL, and nothing else.
+"""What differs between SQLite and PostgreSQL, as capability flags.
 
-The store writes each statement once with a few placeholders; a dialect fills
-them in. The differences are the clock (SQLite: the process supplies "now";
-Postgres: the database clock, because hosts do not share one), JSON binding,
-and row locking (Postgres claims with FOR UPDATE SKIP LOCKED; SQLite already
-holds the single write lock for the whole BEGIN IMMEDIATE transaction).
+Every other module asks a dialect what the database can do (`has_row_locks`,
+`has_listen_notify`, ...) instead of comparing `connection.vendor`, the way
+Django's own backends expose `features.supports_*`. Django's backends already
+carry most differences (placeholders, RETURNING, LIMIT in subqueries); these
+flags are the ones the queue adds on top.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..ids import now_ms
-from ..records import COLUMNS
+from django.db import connections
 
 # Free-text columns a foreign writer fills. On SQLite they are read as bytes:
 # Python's sqlite3 raises on TEXT that is not UTF-8 while fetching the row, so
 # one bad value would fail the whole statement (a claim, a listing) rather
 # than the one task; the codec decodes bytes and reports what it cannot.
-_RAW_TEXT_COLUMNS = frozenset({"payload", "result", "error", "metadata", "message"})
+RAW_TEXT_COLUMNS = ("payload", "result", "error", "metadata", "message")
 
 
 @dataclass(frozen=True)
 class Dialect:
     vendor: str
-    now: str  # SQL for "now in epoch ms"
-    json: str  # SQL wrapping a bound JSON text parameter
-    skip_locked: str  # row-lock clause for claim/recover/purge subselects
+    # "Now" comes from this process (SQLite, one host) rather than from the
+    # database clock (PostgreSQL, where workers on many hosts share it).
     uses_process_clock: bool
-    # Does a fetched TEXT value that is not UTF-8 fail the statement?
+    # Claims lock rows and skip locked ones (FOR UPDATE SKIP LOCKED); without
+    # it the database serializes every writer (SQLite's single write lock).
+    has_row_locks: bool
+    # One writer at a time: a worker's threads take turns at the write lock
+    # through an in-process gate instead of SQLite's sleeping busy handler.
+    serializes_writes: bool
+    # Keyed submits serialize through pg_advisory_xact_lock, as the peers do.
+    has_advisory_locks: bool
+    # Wakeups: LISTEN/NOTIFY, or else a watched database file.
+    has_listen_notify: bool
+    watches_database_file: bool
+    # Bulk enqueue through COPY FROM STDIN.
+    has_copy: bool
+    # A commit may skip its WAL flush (SET LOCAL synchronous_commit TO OFF).
+    has_async_commit: bool
+    # Fetching TEXT that is not UTF-8 fails the whole statement, so free-text
+    # columns are read as bytes.
     fails_on_bad_text: bool
+    # A cheap row-count estimate from the catalog (pg_class.reltuples).
+    has_row_estimate: bool
+    # Rows carry an insertion-ordered rowid that single-column indexes end in.
+    has_rowid: bool
+    # ANALYZE / PRAGMA optimize keeps the planner on the lease index.
+    needs_periodic_analyze: bool
+    # Column types spelled as the peers spell them where Django's differ.
+    text_type: str | None
+    epoch_millis_type: str | None
+
+    # SQL fragments of the raw-SQL store (being replaced by ORM expressions).
+    now: str = ""
+    json: str = "%({name})s"
+    skip_locked: str = ""
+
+    def reads_raw(self, column: str) -> bool:
+        return self.fails_on_bad_text and column in RAW_TEXT_COLUMNS
 
     def task_columns(self, table: str = "") -> str:
         """The select list of a whole task row (`table` qualifies it, as in `t.*`)."""
+        from ..records import COLUMNS
+
         prefix = f"{table}." if table else ""
         if not self.fails_on_bad_text:
             return f"{prefix}*"
         return ", ".join(
-            f"CAST({prefix}{c} AS BLOB) AS {c}" if c in _RAW_TEXT_COLUMNS else f"{prefix}{c}"
+            f"CAST({prefix}{c} AS BLOB) AS {c}" if c in RAW_TEXT_COLUMNS else f"{prefix}{c}"
             for c in COLUMNS
         )
 
     def bind_now(self, params: dict) -> dict:
-        """Add the process clock to params when this dialect reads time from it."""
         if self.uses_process_clock:
+            from ..ids import now_ms
+
             params["now_ms"] = now_ms()
         return params
 
 
 SQLITE = Dialect(
     vendor="sqlite",
-    now="%(now_ms)s",
-    json="%({name})s",
-    skip_locked="",
     uses_process_clock=True,
+    has_row_locks=False,
+    serializes_writes=True,
+    has_advisory_locks=False,
+    has_listen_notify=False,
+    watches_database_file=True,
+    has_copy=False,
+    has_async_commit=False,
     fails_on_bad_text=True,
+    has_row_estimate=False,
+    has_rowid=True,
+    needs_periodic_analyze=True,
+    text_type=None,
+    epoch_millis_type="integer",
+    now="%(now_ms)s",
 )
 
-# The scalar subselect makes Postgres evaluate the volatile clock once per
-# statement (an InitPlan), which keeps it usable as an index bound.
 POSTGRES = Dialect(
     vendor="postgresql",
+    uses_process_clock=False,
+    has_row_locks=True,
+    serializes_writes=False,
+    has_advisory_locks=True,
+    has_listen_notify=True,
+    watches_database_file=False,
+    has_copy=True,
+    has_async_commit=True,
+    fails_on_bad_text=False,
+    has_row_estimate=True,
+    has_rowid=False,
+    needs_periodic_analyze=False,
+    # TEXT, not Django's "text": Django adds a text_pattern_ops index to every
+    # indexed column whose type it spells "text", and the protocol has none.
+    text_type="TEXT",
+    epoch_millis_type=None,
     now="(SELECT (extract(epoch from clock_timestamp()) * 1000)::bigint)",
     json="%({name})s::jsonb",
     skip_locked=" FOR UPDATE SKIP LOCKED",
-    uses_process_clock=False,
-    fails_on_bad_text=False,
 )
 
+_BY_VENDOR = {"sqlite": SQLITE, "postgresql": POSTGRES}
 
-def dialect_for(vendor: str) -> Dialect:
-    if vendor == "sqlite":
-        return SQLITE
-    if vendor == "postgresql":
-        return POSTGRES
-    raise NotImplementedError(f"cairnq_django supports SQLite and PostgreSQL, not {vendor!r}.")
+
+def dialect_for(connection_or_vendor) -> Dialect:
+    """The dialect of a Django connection (or of a vendor name)."""
+    vendor = getattr(connection_or_vendor, "vendor", connection_or_vendor)
+    try:
+        return _BY_VENDOR[vendor]
+    except KeyError:
+        raise NotImplementedError(
+            f"cairnq_django supports SQLite and PostgreSQL, not {vendor!r}."
+        ) from None
+
+
+def dialect_of(using: str) -> Dialect:
+    """The dialect of a database alias."""
+    return dialect_for(connections[using])
