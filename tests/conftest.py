@@ -43,3 +43,15 @@ def close_wakeups():
     from cairnq_django import wakeup
 
     wakeup.close_all()
+
+
+@pytest.fixture
+def runs_table(live_store):
+    """The worker_test_runs table that tests.testapp handlers record their runs in."""
+    # Imported here: tests.workerutil imports tests.testapp.tasks, whose @task
+    # registrations must not happen as a side effect of loading this conftest.
+    from tests.workerutil import create_runs_table, drop_runs_table
+
+    create_runs_table()
+    yield
+    drop_runs_table()
