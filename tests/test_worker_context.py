@@ -6,6 +6,7 @@ import pytest
 
 from cairnq_django import LostLease, TaskError
 from cairnq_django.worker import TaskContext
+from tests.storeutil import sql
 from tests.workerutil import create_runs_table, runs
 
 
@@ -16,9 +17,7 @@ def claimed_context(store, name="ctx.test", **submit):
 
 
 def steal(store, task_id):
-    store._rows(
-        "UPDATE cairnq_tasks SET worker_id = 'someone-else' WHERE id = %(id)s", {"id": task_id}
-    )
+    sql(store.using, "UPDATE cairnq_tasks SET worker_id = 'someone-else' WHERE id = %s", [task_id])
 
 
 def test_fields_mirror_the_row(store):
@@ -97,9 +96,10 @@ def test_atomic_commits_writes_and_completion_together(store):
     create_runs_table()
     ctx = claimed_context(store)
     with ctx.atomic() as done:
-        store._rows(
+        sql(
+            store.using,
             "INSERT INTO worker_test_runs (task_id, worker_id, attempt, note)"
-            " VALUES (%(id)s, 'w', 1, 'in-atomic')", {"id": ctx.task_id},
+            " VALUES (%s, 'w', 1, 'in-atomic')", [ctx.task_id],
         )
         done.result = {"rows": 1}
     assert ctx.settled
@@ -115,9 +115,10 @@ def test_atomic_rolls_back_writes_when_the_lease_is_gone(store):
     steal(store, ctx.task_id)
     with pytest.raises(LostLease):
         with ctx.atomic():
-            store._rows(
+            sql(
+                store.using,
                 "INSERT INTO worker_test_runs (task_id, worker_id, attempt, note)"
-                " VALUES (%(id)s, 'w', 1, 'doomed')", {"id": ctx.task_id},
+                " VALUES (%s, 'w', 1, 'doomed')", [ctx.task_id],
             )
     assert runs() == []
     assert ctx.lost_lease and not ctx.settled

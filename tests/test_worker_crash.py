@@ -6,6 +6,7 @@ import time
 import pytest
 
 from cairnq_django import enqueue, get
+from tests.storeutil import sql
 from tests.workerutil import (
     WorkerProcess,
     create_runs_table,
@@ -136,10 +137,11 @@ def test_lease_loss_is_flagged_and_nothing_more_is_written(live_store, child_env
     try:
         # Past the handler's own first write: the heartbeat is what notices.
         wait_for(lambda: get(task.id).message == "started", timeout=60)
-        live_store._rows(
+        sql(
+            live_store.using,
             "UPDATE cairnq_tasks SET worker_id = 'worker_thief',"
-            " lease_until_ms = lease_until_ms + 600000 WHERE id = %(id)s",
-            {"id": task.id},
+            " lease_until_ms = lease_until_ms + 600000 WHERE id = %s",
+            [task.id],
         )
         assert worker.wait(60) == 0
         out = worker.output()

@@ -19,6 +19,7 @@ from cairnq_django.worker import Registry, TaskContext, Worker
 from cairnq_django.worker.execution import Call, Execution
 from cairnq_django.worker.heartbeat import Heartbeat
 from cairnq_django.worker.registry import Registration
+from tests.storeutil import sql
 
 LEASE_MS = 30_000
 WORKER = "worker_heartbeat_test"
@@ -167,9 +168,10 @@ def test_an_atomic_completion_committed_before_the_context_knows_is_not_a_lost_l
 
 def test_a_task_taken_over_meanwhile_is_still_flagged_lost(live_store, claimed, caplog):
     ctx, errors = claimed, []
-    live_store._rows(
-        "UPDATE cairnq_tasks SET worker_id = 'worker_thief' WHERE id = %(id)s",
-        {"id": ctx.task_id},
+    sql(
+        live_store.using,
+        "UPDATE cairnq_tasks SET worker_id = 'worker_thief' WHERE id = %s",
+        [ctx.task_id],
     )
     with caplog.at_level(logging.WARNING, logger="cairnq_django.worker"):
         heartbeat_for(live_store, ctx, errors).beat()
@@ -188,9 +190,10 @@ def test_a_settle_that_fails_leaves_a_later_loss_detectable(live_store, claimed,
     with pytest.raises(RuntimeError):
         ctx._owned_settle(broken_write)
     assert not ctx.settled_or_settling()
-    live_store._rows(
-        "UPDATE cairnq_tasks SET worker_id = 'worker_thief' WHERE id = %(id)s",
-        {"id": ctx.task_id},
+    sql(
+        live_store.using,
+        "UPDATE cairnq_tasks SET worker_id = 'worker_thief' WHERE id = %s",
+        [ctx.task_id],
     )
     heartbeat_for(live_store, ctx, errors).beat()
     assert ctx.lost_lease
@@ -264,9 +267,10 @@ def test_a_beat_does_not_wait_behind_rows_its_settler_is_committing(live_store, 
 
     def hold_the_row_lock():
         with transaction.atomic():
-            live_store._rows(
-                "UPDATE cairnq_tasks SET updated_at_ms = updated_at_ms WHERE id = %(id)s",
-                {"id": settling.task_id},
+            sql(
+                live_store.using,
+                "UPDATE cairnq_tasks SET updated_at_ms = updated_at_ms WHERE id = %s",
+                [settling.task_id],
             )
             locked.set()
             release.wait(60)

@@ -8,6 +8,7 @@ from django.db import connection
 
 from cairnq_django import TaskError, enqueue, get, signals
 from cairnq_django.worker import Registry, Worker
+from tests.storeutil import sql
 from tests.workerutil import wait_for
 
 
@@ -171,9 +172,10 @@ def test_sweep_runs_retention_beside_the_worker(live_store, settings):
     old = live_store.submit("ip.old", {})
     [claimed] = live_store.claim(queues=["default"], worker_id="w-old", names=["ip.old"])
     live_store.complete(claimed.id, "w-old", None)
-    live_store._rows(
-        "UPDATE cairnq_tasks SET completed_at_ms = completed_at_ms - 3600000 WHERE id = %(id)s",
-        {"id": old.id},
+    sql(
+        live_store.using,
+        "UPDATE cairnq_tasks SET completed_at_ms = completed_at_ms - 3600000 WHERE id = %s",
+        [old.id],
     )
     reg = Registry()
     reg.register("ip.ok", lambda ctx, payload: 1)

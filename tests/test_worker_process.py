@@ -6,6 +6,7 @@ import sys
 import pytest
 
 from cairnq_django import cancel, enqueue, get
+from tests.storeutil import sql
 from tests.workerutil import (
     ROOT,
     WorkerProcess,
@@ -211,9 +212,10 @@ def test_atomic_rolls_back_handler_writes_when_the_lease_is_gone(
     try:
         wait_for(lambda: get(task.id).status == "running", timeout=60)
         # Another worker takes the task over (as lease recovery + a new claim would).
-        live_store._rows(
-            "UPDATE cairnq_tasks SET worker_id = 'worker_thief' WHERE id = %(id)s",
-            {"id": task.id},
+        sql(
+            live_store.using,
+            "UPDATE cairnq_tasks SET worker_id = 'worker_thief' WHERE id = %s",
+            [task.id],
         )
         assert worker.wait(60) == 0
         out = worker.output()
