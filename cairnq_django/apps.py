@@ -11,9 +11,7 @@ class CairnQConfig(AppConfig):
 
     def ready(self) -> None:
         from . import checks  # noqa: F401  (registers the system checks)
-        from . import waiting, wakeup
 
-        waiting.set_done_sleeper(wakeup.sleep_until_done, wakeup.asleep_until_done)
         post_migrate.connect(_restore_protocol_rows, sender=self)
 
         from .conf import cairnq_settings

@@ -7,23 +7,28 @@ doubling to the poll ceiling, until the wait's timeout; Django opens a new
 connection on the next query. The process logs one warning when an outage of
 a database begins (however many waits notice it, however often they retry)
 and one info line when a wait reaches it again. The Postgres wakeup listener
-reconnects by itself (wakeup.py), and its sleeps never last longer than the
-poll interval asked for, so a dead LISTEN connection only means plain polling.
+reconnects by itself (cairnq_django/wakeup/), and its sleeps never last longer
+than the poll interval asked for, so a dead LISTEN connection only means plain
+polling. The sleeps between probes are the alias's wakeup (wakeup.get_wakeup),
+the one the worker's idle wait uses too.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import threading
 import time
-from typing import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 from django.db import InterfaceError, OperationalError, connections
 
 from .conf import cairnq_settings
 from .errors import CairnQError, TaskCanceled, TaskFailed, TaskTimeout
 from .records import TaskRecord, TaskStatus
+from .wakeup import get_wakeup
+
+if TYPE_CHECKING:
+    from .store import Store
 
 logger = logging.getLogger("cairnq_django.wait")
 
@@ -57,26 +62,6 @@ def _note_up(alias: str, subject: str) -> None:
             "unreachable.",
             subject, alias, time.monotonic() - since,
         )
-
-
-# A hook for a push channel (Postgres LISTEN cairnq_done): called with
-# (alias, task_id_or_None, seconds) in place of a plain sleep. Polling stays
-# the source of truth; a wake only shortens the sleep.
-_sleeper: Callable[[str, str | None, float], None] | None = None
-
-
-# The same for await_task()/acall(), awaited on the event loop.
-_async_sleeper: Callable[[str, str | None, float], Awaitable[None]] | None = None
-
-
-def set_done_sleeper(
-    sleeper: Callable[[str, str | None, float], None] | None,
-    async_sleeper: Callable[[str, str | None, float], Awaitable[None]] | None = None,
-) -> None:
-    """Install the sleeps between two probes (None: plain time/asyncio sleeps)."""
-    global _sleeper, _async_sleeper
-    _sleeper = sleeper
-    _async_sleeper = async_sleeper
 
 
 def _refuse_inside_transaction(using: str) -> None:
@@ -139,15 +124,24 @@ def _explain(snapshot: TaskRecord | None, waited_s: float, key: str | None) -> s
 class _Poll:
     """One wait's state: the probe, the growing interval and the deadline."""
 
-    def __init__(self, store, task_id, key, timeout, poll_initial_ms, poll_max_ms, raise_on_failure):
+    def __init__(
+        self,
+        store: Store,
+        task_id: str | None,
+        key: str | None,
+        timeout: float | None,
+        poll_initial_ms: int | None,
+        poll_max_ms: int | None,
+        raise_on_failure: bool,
+    ) -> None:
         self.store, self.task_id, self.key = store, task_id, key
         self.raise_on_failure = raise_on_failure
         # Floored at 1 ms: a zero interval would never grow and spin on the database.
         self.interval = max(1, poll_initial_ms or cairnq_settings.WAIT_POLL_INITIAL) / 1000
         self.ceiling = max(1, poll_max_ms or cairnq_settings.WAIT_POLL_MAX) / 1000
         self.started = time.monotonic()
-        self.deadline = None if timeout is None else self.started + timeout
-        self.probed_id = task_id
+        self.deadline: float | None = None if timeout is None else self.started + timeout
+        self.probed_id: str | None = task_id
         # Database outages seen by this wait: when the current one began
         # (None: the last probe worked) and their total length so far.
         self.outage_since: float | None = None
@@ -254,7 +248,7 @@ class _Poll:
 
 
 def wait(
-    store,
+    store: Store,
     *,
     task_id: str | None = None,
     key: str | None = None,
@@ -270,15 +264,12 @@ def wait(
         task = poll.check()
         if task is not None:
             return task
-        sleep_for = poll.next_sleep()
-        if _sleeper is not None:
-            _sleeper(store.using, poll.probed_id, sleep_for)
-        else:
-            time.sleep(sleep_for)
+        # Woken early when the task (or, before its id is known, any task) finishes.
+        get_wakeup(store.using).wait_for_done(poll.probed_id, poll.next_sleep())
 
 
 async def await_(
-    store,
+    store: Store,
     *,
     task_id: str | None = None,
     key: str | None = None,
@@ -303,8 +294,4 @@ async def await_(
         task = await check()
         if task is not None:
             return task
-        sleep_for = poll.next_sleep()
-        if _async_sleeper is not None:
-            await _async_sleeper(store.using, poll.probed_id, sleep_for)
-        else:
-            await asyncio.sleep(sleep_for)
+        await get_wakeup(store.using).await_done(poll.probed_id, poll.next_sleep())

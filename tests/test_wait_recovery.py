@@ -23,6 +23,7 @@ from django.db import OperationalError, connections
 import cairnq_django
 from cairnq_django import TaskTimeout, waiting, wakeup
 from cairnq_django.store import get_store
+from cairnq_django.wakeup import Wakeup
 
 WAIT_LOGGER = "cairnq_django.wait"
 
@@ -75,23 +76,25 @@ def outage(live_store, tmp_path):
         cut.end()
 
 
+class PlannedWakeup(Wakeup):
+    """Runs `plan(n)` before wait()'s n-th sleep (from 1), then sleeps briefly on `inner`."""
+
+    def __init__(self, plan, inner: Wakeup) -> None:
+        self.plan, self.inner = plan, inner
+        self.calls = {"n": 0}
+
+    def wait_for_done(self, task_id, timeout_s):
+        self.calls["n"] += 1
+        self.plan(self.calls["n"])
+        return self.inner.wait_for_done(task_id, min(timeout_s, 0.05))
+
+
 @contextmanager
 def sleeper(plan):
-    """Replace wait()'s sleep with `plan(n)` (n counts sleeps from 1), then a short sleep."""
-    saved = waiting._sleeper, waiting._async_sleeper
-    calls = {"n": 0}
-
-    def sleep(alias, task_id, seconds):
-        calls["n"] += 1
-        plan(calls["n"])
-        if saved[0] is not None:
-            saved[0](alias, task_id, min(seconds, 0.05))
-
-    waiting.set_done_sleeper(sleep, saved[1])
-    try:
-        yield calls
-    finally:
-        waiting.set_done_sleeper(*saved)
+    """Make wait()'s sleeps run `plan(n)` first (n counts sleeps from 1), then sleep briefly."""
+    planned = PlannedWakeup(plan, wakeup.get_wakeup("default"))
+    with wakeup.use_wakeup("default", planned):
+        yield planned.calls
 
 
 def wait_warnings(caplog) -> list[str]:
@@ -251,21 +254,22 @@ def test_an_error_on_a_working_connection_is_not_swallowed(live_store, monkeypat
 def test_await_task_rides_out_an_outage(outage, caplog):
     task = cairnq_django.enqueue("echo", {"v": "a"})
     calls = {"n": 0}
-    saved = waiting._sleeper, waiting._async_sleeper
 
     def mend():
         outage.end()
         get_store().claim(queues=["default"], worker_id="w")
         get_store().complete(task.id, "w", {"v": "a"})
 
-    async def asleep(alias, task_id, seconds):
-        calls["n"] += 1
-        # The probes run on Django's thread-sensitive thread: break and mend there.
-        if calls["n"] == 1:
-            await sync_to_async(outage.begin)()
-        elif calls["n"] == 5:
-            await sync_to_async(mend)()
-        await asyncio.sleep(min(seconds, 0.05))
+    class Breaking(Wakeup):
+        async def await_done(self, task_id, timeout_s):
+            calls["n"] += 1
+            # The probes run on Django's thread-sensitive thread: break and mend there.
+            if calls["n"] == 1:
+                await sync_to_async(outage.begin)()
+            elif calls["n"] == 5:
+                await sync_to_async(mend)()
+            await asyncio.sleep(min(timeout_s, 0.05))
+            return False
 
     async def scenario():
         try:
@@ -273,12 +277,9 @@ def test_await_task_rides_out_an_outage(outage, caplog):
         finally:
             await sync_to_async(connections.close_all)()
 
-    waiting.set_done_sleeper(saved[0], asleep)
-    try:
+    with wakeup.use_wakeup("default", Breaking()):
         with caplog.at_level(logging.WARNING, logger=WAIT_LOGGER):
             done = asyncio.run(scenario())
-    finally:
-        waiting.set_done_sleeper(*saved)
     assert done.result == {"v": "a"} and calls["n"] >= 5
     assert len(wait_warnings(caplog)) == 1
 

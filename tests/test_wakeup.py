@@ -20,8 +20,17 @@ from asgiref.sync import sync_to_async
 from django.db import connection, connections
 from django.test import override_settings
 
-from cairnq_django import client, waiting, wakeup
-from cairnq_django.wakeup import PostgresWakeup, SQLiteWakeup, Wakeup, get_wakeup
+from cairnq_django import client, wakeup
+from cairnq_django import TaskTimeout
+from cairnq_django.wakeup import (
+    FileWatch,
+    PostgresWakeup,
+    SQLiteWakeup,
+    Wakeup,
+    get_wakeup,
+    use_wakeup,
+)
+from cairnq_django.wakeup.postgres import postgres_params
 
 ROOT = Path(__file__).resolve().parent.parent
 VENDOR = connection.vendor
@@ -186,41 +195,54 @@ def test_wakeups_can_be_turned_off(live_store):
     wakeup.close_all()
 
 
-def test_wait_is_woken_by_the_done_signal(wake, live_store, child_env, monkeypatch):
-    # apps.ready() installs the wakeup as wait()'s sleeper.
-    assert waiting._sleeper is wakeup.sleep_until_done
-    wakes = []
+class Recording(Wakeup):
+    """Delegates wait()'s sleeps to a real wakeup and records what each returned."""
 
-    def recording_sleeper(alias, task_id, seconds):
-        wakes.append(get_wakeup(alias).wait_for_done(task_id, seconds))
+    def __init__(self, inner: Wakeup) -> None:
+        self.inner, self.wakes = inner, []
 
-    monkeypatch.setattr(waiting, "_sleeper", recording_sleeper)
+    def wait_for_done(self, task_id, timeout_s):
+        self.wakes.append(self.inner.wait_for_done(task_id, timeout_s))
+        return self.wakes[-1]
+
+    async def await_done(self, task_id, timeout_s):
+        self.wakes.append(await self.inner.await_done(task_id, timeout_s))
+        return self.wakes[-1]
+
+
+def test_wait_sleeps_on_the_registered_wakeup(live_store):
+    # wait() takes its sleeps from the registry the worker uses, not from a hook.
+    task = live_store.submit("wake.registry", queue="wait")
+    plain = Recording(Wakeup())
+    with use_wakeup("default", plain):
+        with pytest.raises(TaskTimeout):
+            client.wait(task.id, timeout=0.05, poll_initial=10, poll_max=10)
+    assert plain.wakes and not any(plain.wakes)
+
+
+def test_wait_is_woken_by_the_done_signal(wake, live_store, child_env):
+    recording = Recording(wake)
     task = live_store.submit("wake.wait", queue="wait")
     # A poll interval far longer than the test: only a wake can end the sleep early.
-    waiter = start_waiting(
-        wake,
-        1,
-        lambda: client.wait(
-            task.id,
-            timeout=LONG,
-            poll_initial=int(LONG * 1000),
-            poll_max=int(LONG * 1000),
-            raise_on_failure=False,
-        ),
-    )
-    run_child(child_env, f'client.cancel("{task.id}")')
-    assert waiter.outcome().status == "canceled"
-    assert wakes == [True]
+    with use_wakeup("default", recording):
+        waiter = start_waiting(
+            wake,
+            1,
+            lambda: client.wait(
+                task.id,
+                timeout=LONG,
+                poll_initial=int(LONG * 1000),
+                poll_max=int(LONG * 1000),
+                raise_on_failure=False,
+            ),
+        )
+        run_child(child_env, f'client.cancel("{task.id}")')
+        assert waiter.outcome().status == "canceled"
+    assert recording.wakes == [True]
 
 
-def test_await_task_is_woken_by_the_done_signal(wake, live_store, child_env, monkeypatch):
-    assert waiting._async_sleeper is wakeup.asleep_until_done
-    wakes = []
-
-    async def recording_sleeper(alias, task_id, seconds):
-        wakes.append(await get_wakeup(alias).await_done(task_id, seconds))
-
-    monkeypatch.setattr(waiting, "_async_sleeper", recording_sleeper)
+def test_await_task_is_woken_by_the_done_signal(wake, live_store, child_env):
+    recording = Recording(wake)
     task = live_store.submit("wake.await", queue="wait")
 
     async def scenario():
@@ -235,10 +257,11 @@ def test_await_task_is_woken_by_the_done_signal(wake, live_store, child_env, mon
         finally:
             await sync_to_async(connections.close_all)()
 
-    waiter = start_waiting(wake, 1, lambda: asyncio.run(scenario()))
-    run_child(child_env, f'client.cancel("{task.id}")')
-    assert waiter.outcome().status == "canceled"
-    assert wakes == [True]
+    with use_wakeup("default", recording):
+        waiter = start_waiting(wake, 1, lambda: asyncio.run(scenario()))
+        run_child(child_env, f'client.cancel("{task.id}")')
+        assert waiter.outcome().status == "canceled"
+    assert recording.wakes == [True]
 
 
 def test_coroutines_and_threads_wait_side_by_side(wake, live_store, child_env):
@@ -282,7 +305,7 @@ def test_listener_reconnects_after_its_backend_is_killed(wake, child_env):
 
 @only_postgres
 def test_waits_sleep_while_the_listener_is_down(live_store):
-    params = dict(wakeup._postgres_params("default"), port=1)  # nothing listens there
+    params = dict(postgres_params("default"), port=1)  # nothing listens there
     down = PostgresWakeup(params)
     try:
         assert down.ready(0.5) is False
@@ -334,8 +357,6 @@ def test_sqlite_poller_sleeps_on_the_file_watch_and_wakes_on_a_commit(wake, chil
 
 @only_sqlite
 def test_sqlite_wakes_by_polling_where_there_is_no_inotify(live_store, child_env, monkeypatch):
-    from cairnq_django.filewatch import FileWatch
-
     monkeypatch.setattr(FileWatch, "open", classmethod(lambda cls, path: None))
     w = get_wakeup("default")
     try:
@@ -349,8 +370,6 @@ def test_sqlite_wakes_by_polling_where_there_is_no_inotify(live_store, child_env
 
 
 def test_file_watch_reports_writes_to_the_database_files_only(tmp_path):
-    from cairnq_django.filewatch import FileWatch
-
     db = tmp_path / "queue.sqlite3"
     db.write_bytes(b"")
     watch = FileWatch.open(str(db))
@@ -372,6 +391,4 @@ def test_file_watch_reports_writes_to_the_database_files_only(tmp_path):
 
 
 def test_file_watch_is_none_for_a_missing_directory(tmp_path):
-    from cairnq_django.filewatch import FileWatch
-
     assert FileWatch.open(str(tmp_path / "missing" / "db.sqlite3")) is None

@@ -1,0 +1,211 @@
+"""The PostgreSQL wakeup: LISTEN cairnq_queued / cairnq_done on a connection of its own.
+
+The schema's trigger (and every peer writing the tables) sends the
+notifications; one listener thread per process and alias turns them into
+wakes for the threads and coroutines waiting on this process's side.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from django.db import connections
+
+from .base import RECONNECT_INITIAL_S, RECONNECT_MAX_S, Waits
+
+logger = logging.getLogger("cairnq_django.wakeup")
+
+QUEUED_CHANNEL = "cairnq_queued"
+DONE_CHANNEL = "cairnq_done"
+
+# How often the listener leaves notifies() to check for close().
+LISTEN_SLICE_S = 0.25
+# How many finished task ids are remembered for a waiter that registers just
+# after the notification arrived.
+RECENT_DONE_LIMIT = 1024
+
+
+def postgres_params(alias: str) -> dict[str, Any]:
+    """The connection parameters of `alias`, for a bare psycopg LISTEN connection."""
+    params = dict(connections[alias].get_connection_params())
+    # Django's cursor class and pool options mean nothing to a bare LISTEN connection.
+    for key in ("cursor_factory", "pool"):
+        params.pop(key, None)
+    params.setdefault("application_name", "cairnq_django wakeup")
+    return params
+
+
+class PostgresWakeup(Waits):
+    """LISTEN cairnq_queued / cairnq_done on a dedicated autocommit connection."""
+
+    def __init__(self, conn_params: dict[str, Any]) -> None:
+        super().__init__()
+        self._params = conn_params
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._listening = False
+        # Bumped on every (re)connect: notifications may have been missed, so
+        # every waiter wakes and re-probes.
+        self._epoch = 0
+        # queue -> number of notifications seen; compared against each
+        # thread's count from the end of its previous wait, so work that
+        # arrived between two waits is not slept through.
+        # Only queues some waiter asked about are counted (queue names are
+        # open-ended), and only their notifications wake anyone.
+        self._queued_seen: dict[str, int] = {}
+        self._local = threading.local()
+        self._done_waiting = 0
+        # Every cairnq_done counts; recent task ids remember the count at
+        # which they finished. A waiter wakes for finishes after its baseline.
+        self._done_count = 0
+        self._recent_done: OrderedDict[str, int] = OrderedDict()
+        self.backend_pid: int | None = None
+        self.connects = 0
+
+    # ------------------------------------------------------------- listening
+    def _start(self) -> None:
+        with self._cond:
+            if self._thread is None and not self._closed:
+                self._thread = threading.Thread(
+                    target=self._listen_forever, name="cairnq-wakeup-listen", daemon=True
+                )
+                self._thread.start()
+
+    def ready(self, timeout_s: float) -> bool:
+        self._start()
+        with self._cond:
+            self._cond.wait_for(lambda: self._listening or self._closed, timeout_s)
+            return self._listening
+
+    def _listen_forever(self) -> None:
+        import psycopg
+
+        backoff = RECONNECT_INITIAL_S
+        while not self._stop.is_set():
+            conn = None
+            try:
+                conn = psycopg.connect(**self._params, autocommit=True)
+                conn.execute(f"LISTEN {QUEUED_CHANNEL}")
+                conn.execute(f"LISTEN {DONE_CHANNEL}")
+                with self._cond:
+                    self._listening = True
+                    self._epoch += 1
+                    self.connects += 1
+                    self.backend_pid = conn.info.backend_pid
+                    self._wake_all()
+                backoff = RECONNECT_INITIAL_S
+                while not self._stop.is_set():
+                    for note in conn.notifies(timeout=LISTEN_SLICE_S):
+                        self._dispatch(note.channel, note.payload)
+            except Exception as exc:  # any failure means "reconnect later"
+                if not self._stop.is_set():
+                    logger.warning(
+                        "The CairnQ wakeup listener lost its database connection (%s); "
+                        "waits fall back to sleeping and it reconnects in %.1fs.",
+                        exc,
+                        backoff,
+                    )
+            finally:
+                with self._cond:
+                    self._listening = False
+                    self.backend_pid = None
+                if conn is not None:
+                    try:
+                        conn.close()
+                    except Exception:
+                        pass
+            self._stop.wait(backoff)
+            backoff = min(backoff * 2, RECONNECT_MAX_S)
+
+    def _dispatch(self, channel: str, payload: str) -> None:
+        with self._cond:
+            if channel == QUEUED_CHANNEL:
+                if payload not in self._queued_seen:
+                    return
+                self._queued_seen[payload] += 1
+            elif channel == DONE_CHANNEL:
+                self._done_count += 1
+                self._recent_done[payload] = self._done_count
+                self._recent_done.move_to_end(payload)
+                while len(self._recent_done) > RECENT_DONE_LIMIT:
+                    self._recent_done.popitem(last=False)
+                if not self._done_waiting:
+                    # Idle workers wait on queues; a busy system's stream of
+                    # finishes need not wake them.
+                    return
+            self._wake_all()
+
+    # ----------------------------------------------------------------- waits
+    def wait_for_queued(self, queues: Sequence[str], timeout_s: float) -> bool:
+        self._start()
+        queues = list(queues)
+        with self._cond:
+            last = getattr(self._local, "queued", None)
+            epoch = self._epoch
+            # First wait on this thread: nothing to compare against yet.
+            base = dict(last) if last else {}
+            for q in queues:
+                self._queued_seen.setdefault(q, 0)
+                base.setdefault(q, self._queued_seen[q])
+
+        def arrived() -> bool:
+            return self._epoch != epoch or any(
+                self._queued_seen.get(q, 0) != base[q] for q in queues
+            )
+
+        woken = self._wait_until(arrived, timeout_s)
+        with self._cond:
+            self._local.queued = {q: self._queued_seen.get(q, 0) for q in queues}
+        return woken
+
+    def _done_predicate(self, task_id: str | None, base: int | None) -> Callable[[], bool]:
+        """Return a check for finishes counted after `base` (None: from now on)."""
+        self._start()
+        with self._cond:
+            epoch = self._epoch
+            since = self._done_count if base is None else base
+
+        def finished() -> bool:
+            if self._epoch != epoch:
+                return True
+            if task_id is None:
+                return self._done_count > since
+            return self._recent_done.get(task_id, 0) > since
+
+        return finished
+
+    def wait_for_done(self, task_id: str | None, timeout_s: float) -> bool:
+        # The baseline is where this thread's previous wait ended, so a task
+        # that finished between that wait and this one wakes it at once.
+        with self._cond:
+            base = getattr(self._local, "done", None)
+            self._done_waiting += 1
+        try:
+            woken = self._wait_until(self._done_predicate(task_id, base), timeout_s)
+        finally:
+            with self._cond:
+                self._done_waiting -= 1
+                self._local.done = self._done_count
+        return woken
+
+    async def await_done(self, task_id: str | None, timeout_s: float) -> bool:
+        with self._cond:
+            self._done_waiting += 1
+        try:
+            return await self._await_until(self._done_predicate(task_id, None), timeout_s)
+        finally:
+            with self._cond:
+                self._done_waiting -= 1
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._wake_all()
+        self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=LISTEN_SLICE_S * 8)
