@@ -9,21 +9,12 @@ from cairnq_django import enqueue, get
 from tests.storeutil import sql
 from tests.workerutil import (
     WorkerProcess,
-    create_runs_table,
-    drop_runs_table,
     run_burst,
     runs,
     wait_for,
 )
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def runs_table(live_store):
-    create_runs_table()
-    yield
-    drop_runs_table()
 
 
 def test_sigkill_mid_task_is_redelivered_after_the_lease(live_store, child_env, runs_table):

@@ -4,19 +4,12 @@ import pytest
 from django.db import connections
 
 from cairnq_django import enqueue_many
-from tests.workerutil import WorkerProcess, create_runs_table, drop_runs_table, runs
+from tests.workerutil import WorkerProcess, runs
 
 pytestmark = pytest.mark.slow
 
 TASKS = 5_000
 WORKERS = 4
-
-
-@pytest.fixture
-def runs_table(live_store):
-    create_runs_table()
-    yield
-    drop_runs_table()
 
 
 def test_four_workers_drain_5000_tasks_exactly_once(live_store, child_env, runs_table):

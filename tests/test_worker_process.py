@@ -3,28 +3,17 @@
 import subprocess
 import sys
 
-import pytest
-
 from cairnq_django import cancel, enqueue, get
 from tests.storeutil import sql
 from tests.workerutil import (
     ROOT,
     WorkerProcess,
-    create_runs_table,
-    drop_runs_table,
     run_burst,
     runs,
     wait_for,
 )
 
 NO_BACKOFF = {"RETRY_BACKOFF_BASE": 0}
-
-
-@pytest.fixture
-def runs_table(live_store):
-    create_runs_table()
-    yield
-    drop_runs_table()
 
 
 def test_handlers_run_and_results_land(live_store, child_env):

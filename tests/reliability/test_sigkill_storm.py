@@ -27,7 +27,7 @@ import pytest
 from django.db import connections
 
 from cairnq_django import enqueue_many
-from tests.workerutil import WorkerProcess, create_runs_table, drop_runs_table, runs, wait_for
+from tests.workerutil import WorkerProcess, runs, wait_for
 
 pytestmark = pytest.mark.slow
 
@@ -95,13 +95,6 @@ def _still_on_dead_lease(pending):
         f"SELECT id, status, worker_id FROM cairnq_tasks WHERE id IN ({marks})", list(pending)
     )
     return {i for i, status, owner in rows if status == "running" and owner == pending[i]}
-
-
-@pytest.fixture
-def runs_table(live_store):
-    create_runs_table()
-    yield
-    drop_runs_table()
 
 
 def test_sigkill_storm_loses_nothing_and_completes_nothing_twice(

@@ -18,8 +18,6 @@ from django.db import connections
 from cairnq_django import enqueue, enqueue_many, get
 from tests.workerutil import (
     WorkerProcess,
-    create_runs_table,
-    drop_runs_table,
     run_burst,
     runs,
     wait_for,
@@ -28,13 +26,6 @@ from tests.workerutil import (
 pytestmark = pytest.mark.slow
 
 LONG_LEASE = "60000"
-
-
-@pytest.fixture
-def runs_table(live_store):
-    create_runs_table()
-    yield
-    drop_runs_table()
 
 
 def _rows():
