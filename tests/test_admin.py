@@ -16,7 +16,7 @@ from cairnq_django.admin import BoundedCountPaginator, DistinctValueFilter
 from cairnq_django.admin_views import format_duration
 from cairnq_django.models import Task
 
-from .storeutil import run, shift
+from .storeutil import make, shift
 
 CHANGELIST = "/admin/cairnq_django/task/"
 STATS = "/admin/cairnq_django/task/stats/"
@@ -24,23 +24,6 @@ STATS = "/admin/cairnq_django/task/stats/"
 
 def detail_url(task_id: str) -> str:
     return reverse("admin:cairnq_django_task_change", args=[task_id])
-
-
-def make(store, status: str, name: str = "job", queue: str = "default", **submit):
-    """Create one task in `status`, through the store's own transitions."""
-    if status == "queued":
-        return store.submit(name, queue=queue, **submit)
-    if status == "canceled":
-        return store.cancel(store.submit(name, queue=queue, **submit).id)
-    # Top priority, so the claim takes this task and not an older queued one.
-    task = run(store, name, queue=queue, priority=1_000_000, **submit)
-    if status == "running":
-        return task
-    if status == "succeeded":
-        return store.complete(task.id, "w1", {"ok": True})
-    if status == "failed":
-        return store.fail(task.id, "w1", "boom", retryable=False)
-    raise ValueError(status)
 
 
 def status_of(store, task_id: str) -> str | None:
