@@ -22,31 +22,10 @@ from cairnq_django.retention import (
     rules_for_overrides,
 )
 
+from .storeutil import make_ids
+
 HOUR = 3_600_000
 DAY = 24 * HOUR
-
-
-def make(store, status, *, age_ms=0, queue="default", name="job", n=1, key=None):
-    """Insert n tasks in `status`, finished age_ms ago when terminal; return their ids."""
-    ids = [
-        store.submit(name, {"i": i}, queue=queue, key=key if n == 1 else None).id
-        for i in range(n)
-    ]
-    marks = ", ".join(["%s"] * len(ids))
-    with connections[store.using].cursor() as cursor:
-        if status == "running":
-            cursor.execute(
-                "UPDATE cairnq_tasks SET status = 'running', worker_id = 'w', attempt = 1,"
-                f" lease_until_ms = %s WHERE id IN ({marks})",
-                [now_ms() + HOUR, *ids],
-            )
-        elif status != "queued":
-            cursor.execute(
-                "UPDATE cairnq_tasks SET status = %s, attempt = 1, completed_at_ms = %s"
-                f" WHERE id IN ({marks})",
-                [status, now_ms() - age_ms, *ids],
-            )
-    return ids
 
 
 def age_live_rows(store, ids, age_ms):
@@ -245,10 +224,10 @@ def test_overrides_narrow_configured_rules_without_widening_them():
 
 # ---------------------------------------------------------------- sweeping
 def test_single_cutoff_deletes_old_finished_tasks_only(store):
-    old = make(store, "succeeded", age_ms=2 * HOUR) + make(store, "failed", age_ms=2 * HOUR)
-    old += make(store, "canceled", age_ms=3 * DAY)
-    young = make(store, "succeeded", age_ms=10 * 60_000) + make(store, "failed", age_ms=0)
-    live = make(store, "queued", n=2) + make(store, "running", n=2)
+    old = make_ids(store, "succeeded", age_ms=2 * HOUR) + make_ids(store, "failed", age_ms=2 * HOUR)
+    old += make_ids(store, "canceled", age_ms=3 * DAY)
+    young = make_ids(store, "succeeded", age_ms=10 * 60_000) + make_ids(store, "failed", age_ms=0)
+    live = make_ids(store, "queued", n=2) + make_ids(store, "running", n=2)
     # Even a live row with a stale completed_at_ms (never written by the protocol) stays.
     age_live_rows(store, live, 10 * DAY)
 
@@ -263,12 +242,12 @@ def test_single_cutoff_deletes_old_finished_tasks_only(store):
 
 def test_per_status_cutoffs_and_statuses_left_out(store, settings):
     settings.CAIRNQ = {"RETENTION": {"succeeded": timedelta(hours=1), "failed": 30 * DAY}}
-    succeeded_old = make(store, "succeeded", age_ms=2 * HOUR, n=2)
-    succeeded_young = make(store, "succeeded", age_ms=30 * 60_000)
-    failed_recent = make(store, "failed", age_ms=2 * HOUR)
-    failed_old = make(store, "failed", age_ms=31 * DAY)
-    canceled_ancient = make(store, "canceled", age_ms=365 * DAY)  # status left out
-    live = make(store, "queued") + make(store, "running")
+    succeeded_old = make_ids(store, "succeeded", age_ms=2 * HOUR, n=2)
+    succeeded_young = make_ids(store, "succeeded", age_ms=30 * 60_000)
+    failed_recent = make_ids(store, "failed", age_ms=2 * HOUR)
+    failed_old = make_ids(store, "failed", age_ms=31 * DAY)
+    canceled_ancient = make_ids(store, "canceled", age_ms=365 * DAY)  # status left out
+    live = make_ids(store, "queued") + make_ids(store, "running")
 
     results = RetentionSweeper.from_settings(pause_ms=0).sweep_once()
 
@@ -284,15 +263,15 @@ def test_rules_filter_by_queue_status_and_name(store, settings):
             {"status": "failed", "name": "emails.send", "older_than": timedelta(days=7)},
         ]
     }
-    rpc_old = make(store, "succeeded", queue="rpc", age_ms=HOUR)
-    rpc_old += make(store, "failed", queue="rpc", name="emails.send", age_ms=HOUR)
-    rpc_young = make(store, "succeeded", queue="rpc", age_ms=60_000)
-    jobs_old = make(store, "succeeded", queue="jobs", age_ms=30 * DAY)
-    email_failed_old = make(store, "failed", queue="jobs", name="emails.send", age_ms=8 * DAY)
-    email_failed_young = make(store, "failed", queue="jobs", name="emails.send", age_ms=6 * DAY)
-    email_ok_old = make(store, "succeeded", queue="jobs", name="emails.send", age_ms=30 * DAY)
-    other_failed_old = make(store, "failed", queue="jobs", name="reports", age_ms=30 * DAY)
-    rpc_live = make(store, "queued", queue="rpc")
+    rpc_old = make_ids(store, "succeeded", queue="rpc", age_ms=HOUR)
+    rpc_old += make_ids(store, "failed", queue="rpc", name="emails.send", age_ms=HOUR)
+    rpc_young = make_ids(store, "succeeded", queue="rpc", age_ms=60_000)
+    jobs_old = make_ids(store, "succeeded", queue="jobs", age_ms=30 * DAY)
+    email_failed_old = make_ids(store, "failed", queue="jobs", name="emails.send", age_ms=8 * DAY)
+    email_failed_young = make_ids(store, "failed", queue="jobs", name="emails.send", age_ms=6 * DAY)
+    email_ok_old = make_ids(store, "succeeded", queue="jobs", name="emails.send", age_ms=30 * DAY)
+    other_failed_old = make_ids(store, "failed", queue="jobs", name="reports", age_ms=30 * DAY)
+    rpc_live = make_ids(store, "queued", queue="rpc")
 
     results = RetentionSweeper.from_settings(pause_ms=0).sweep_once()
 
@@ -304,7 +283,7 @@ def test_rules_filter_by_queue_status_and_name(store, settings):
 
 
 def test_purging_frees_the_business_key(store):
-    [task_id] = make(store, "succeeded", age_ms=2 * HOUR, key="invoice-7")
+    [task_id] = make_ids(store, "succeeded", age_ms=2 * HOUR, key="invoice-7")
     assert store.get_by_key("invoice-7").id == task_id
 
     RetentionSweeper(rules=HOUR, pause_ms=0).sweep_once()
@@ -314,8 +293,8 @@ def test_purging_frees_the_business_key(store):
 
 
 def test_batches_respect_the_limit_and_drain_everything(store):
-    make(store, "succeeded", age_ms=2 * HOUR, n=25)
-    keep = make(store, "succeeded", age_ms=0)
+    make_ids(store, "succeeded", age_ms=2 * HOUR, n=25)
+    keep = make_ids(store, "succeeded", age_ms=0)
     progress = []
 
     sweeper = RetentionSweeper(
@@ -330,17 +309,17 @@ def test_batches_respect_the_limit_and_drain_everything(store):
 
 
 def test_an_exact_multiple_of_the_batch_size_drains_too(store):
-    make(store, "failed", age_ms=2 * HOUR, n=20)
+    make_ids(store, "failed", age_ms=2 * HOUR, n=20)
     [result] = RetentionSweeper(rules=HOUR, batch_size=10, pause_ms=0).sweep_once()
     assert (result.deleted, result.batches) == (20, 2)
     assert remaining(store) == set()
 
 
 def test_dry_run_counts_and_deletes_nothing(store):
-    make(store, "succeeded", age_ms=2 * HOUR, n=4)
-    make(store, "failed", age_ms=2 * HOUR, queue="q", n=3)
-    make(store, "failed", age_ms=0, n=5)
-    make(store, "queued", n=2)
+    make_ids(store, "succeeded", age_ms=2 * HOUR, n=4)
+    make_ids(store, "failed", age_ms=2 * HOUR, queue="q", n=3)
+    make_ids(store, "failed", age_ms=0, n=5)
+    make_ids(store, "queued", n=2)
     before = remaining(store)
     batches = []
 
@@ -360,7 +339,7 @@ def test_dry_run_counts_and_deletes_nothing(store):
 
 
 def test_a_stopped_sweeper_deletes_nothing_more(store):
-    make(store, "succeeded", age_ms=2 * HOUR, n=3)
+    make_ids(store, "succeeded", age_ms=2 * HOUR, n=3)
     sweeper = RetentionSweeper(rules=HOUR)
     assert sweeper.stop(timeout=0) is True
     [result] = sweeper.sweep_once()
@@ -391,7 +370,7 @@ def start(sweeper):
 
 
 def test_stop_interrupts_the_pause_and_ends_after_the_batch(live_store):
-    make(live_store, "succeeded", age_ms=2 * HOUR, n=30)
+    make_ids(live_store, "succeeded", age_ms=2 * HOUR, n=30)
     first_batch = threading.Event()
     sweeper = RetentionSweeper(
         rules=HOUR, batch_size=5, pause_ms=600_000, interval_ms=600_000,
@@ -408,7 +387,7 @@ def test_stop_interrupts_the_pause_and_ends_after_the_batch(live_store):
 
 
 def test_stop_waits_for_the_batch_in_flight(live_store):
-    make(live_store, "succeeded", age_ms=2 * HOUR, n=3)
+    make_ids(live_store, "succeeded", age_ms=2 * HOUR, n=3)
     in_batch, release = threading.Event(), threading.Event()
 
     def on_batch(rule, deleted):
@@ -427,7 +406,7 @@ def test_stop_waits_for_the_batch_in_flight(live_store):
 
 
 def test_run_sweeps_again_every_interval_until_stopped(live_store):
-    make(live_store, "failed", age_ms=2 * HOUR, n=2)
+    make_ids(live_store, "failed", age_ms=2 * HOUR, n=2)
     sweeps = []
     swept = threading.Condition()
 
@@ -440,7 +419,7 @@ def test_run_sweeps_again_every_interval_until_stopped(live_store):
     thread = start(sweeper)
     with swept:
         assert swept.wait_for(lambda: sweeps and sweeps[0] == 2, 60)
-    later = make(live_store, "canceled", age_ms=3 * HOUR, n=3)
+    later = make_ids(live_store, "canceled", age_ms=3 * HOUR, n=3)
     with swept:
         assert swept.wait_for(lambda: 3 in sweeps, 60)
     assert sweeper.stop(timeout=60) is True
@@ -471,7 +450,7 @@ def record_error(exc, context):
 def test_a_failing_sweep_is_reported_and_the_loop_carries_on(live_store, settings):
     settings.CAIRNQ = {"ON_ERROR": "tests.test_retention.record_error"}
     SURVIVED.clear()
-    make(live_store, "succeeded", age_ms=2 * HOUR, n=2)
+    make_ids(live_store, "succeeded", age_ms=2 * HOUR, n=2)
     sweeps = []
     sweeper = RetentionSweeper(
         rules=HOUR, pause_ms=0, interval_ms=50, on_sweep=lambda results: sweeps.append(results)
