@@ -188,7 +188,7 @@ def test_a_settle_that_fails_leaves_a_later_loss_detectable(live_store, claimed,
         raise RuntimeError("the database went away")
 
     with pytest.raises(RuntimeError):
-        ctx._owned_settle(broken_write)
+        ctx.complete_unsettled(broken_write)
     assert not ctx.settled_or_settling()
     sql(
         live_store.using,

@@ -21,15 +21,16 @@ from contextlib import contextmanager
 from functools import partial
 from typing import Any
 
-from django.db import close_old_connections, transaction
+from django.db import close_old_connections, connections, transaction
+from django.db.utils import InterfaceError, OperationalError
 
 from .. import signals
 from ..backpressure import wait_for_headroom
-from ..errors import LostLease
+from ..errors import LostLease, SerializationError
 from ..records import TaskRecord
 from ..store import Store
 from .backoff import retry_delay_ms
-from .envelopes import as_envelope
+from .envelopes import as_envelope, unserializable_envelope
 
 # How long canceled() trusts its last read of the row; keeps a tight
 # `while not ctx.canceled()` loop from turning into a query storm.
@@ -292,6 +293,72 @@ class TaskContext:
         with self._state_lock:
             self.settled = True
             self._settling = False
+
+    # ------------------------------------------------------------ settling by the worker
+    # The worker settles what a call left unsettled through these. Each does
+    # nothing (and returns None) once the attempt is settled or its lease is
+    # lost, and each write is worth one reconnect: the handler's work is done,
+    # and losing its settle to a connection the server dropped would run it again.
+
+    def complete_unsettled(self, write: Callable[[], TaskRecord]) -> TaskRecord | None:
+        """Complete the task through `write` (the worker's group commit, say).
+
+        A result that cannot be stored as JSON fails the task permanently instead.
+        """
+        with self._lock:
+            if self.settled or self.lost_lease:
+                return None
+            try:
+                row = self._once_more(lambda: self._owned_settle(write))
+            except SerializationError as exc:
+                return self._fail_owned(unserializable_envelope(exc), False)
+            self._settle(row)
+            return row
+
+    def fail_unsettled(self, envelope: dict[str, Any], retryable: bool) -> TaskRecord | None:
+        """Fail the task with `envelope`, with backoff while attempts remain if retryable."""
+        with self._lock:
+            if self.settled or self.lost_lease:
+                return None
+            return self._once_more(lambda: self._fail_owned(envelope, retryable))
+
+    def abandon(self, envelope: dict[str, Any], *, delay_ms: int | None) -> TaskRecord | None:
+        """Take the task from its handler: flag the lease lost, then fail it retryably.
+
+        The handler can write nothing from here on. `delay_ms=None` applies the
+        usual backoff. Raises LostLease if the task is no longer this worker's.
+        """
+        with self._lock:
+            settled_or_lost = self.settled or self.lost_lease
+            self._lost.set()
+            if settled_or_lost:
+                return None
+            delay = self.retry_delay_ms() if delay_ms is None else delay_ms
+            row = self._once_more(
+                lambda: self._store.fail(
+                    self.task_id, self._worker_id, envelope, retryable=True, delay_ms=delay
+                )
+            )
+            self.failure = (envelope, True, delay)
+            self._settle(row)
+            return row
+
+    def mark_ended(self) -> bool:
+        """Whether the attempt's end is decided and not yet reported; True only once."""
+        with self._lock:
+            if self.ended or (not self.settled and not self.lost_lease):
+                # Reported already, or undecided (a failed write that lease
+                # recovery will settle): nothing to say now.
+                return False
+            self.ended = True
+            return True
+
+    def _once_more(self, write: Callable[[], TaskRecord]) -> TaskRecord:
+        try:
+            return write()
+        except (OperationalError, InterfaceError):
+            connections[self._store.using].close()
+            return write()
 
     @contextmanager
     def atomic(self, result: Any = None) -> Iterator[AtomicCompletion]:

@@ -20,15 +20,14 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from django.db import close_old_connections, connections
-from django.db.utils import InterfaceError, OperationalError
+from django.db import close_old_connections
 
 from .. import signals
-from ..errors import LostLease, SerializationError
+from ..errors import LostLease
 from ..records import TaskRecord
 from ..store import Store
 from .context import TaskContext
-from .envelopes import as_envelope, unserializable_envelope
+from .envelopes import as_envelope
 from .registry import Registration
 
 logger = logging.getLogger("cairnq_django.worker")
@@ -173,28 +172,15 @@ class Execution:
         """
         call.abandoned = True
         for ctx in call.contexts:
-            with ctx._lock:
-                if ctx.settled or ctx.lost_lease:
-                    ctx.mark_lost_lease()
-                    continue
-                ctx.mark_lost_lease()
-                delay = ctx.retry_delay_ms() if delay_ms is None else delay_ms
-                try:
-                    row = self._retrying(
-                        lambda: self.store.fail(
-                            ctx.task_id, ctx.worker_id, envelope, retryable=True, delay_ms=delay
-                        )
-                    )
-                except LostLease:
-                    continue
-                except Exception as exc:
-                    self.report(exc, phase="abandon", task=ctx.name, task_id=ctx.task_id)
-                    continue
-                ctx.failure = (envelope, True, delay)
-                ctx._settle(row)
+            try:
+                ctx.abandon(envelope, delay_ms=delay_ms)
+            except LostLease:
+                continue
+            except Exception as exc:
+                self.report(exc, phase="abandon", task=ctx.name, task_id=ctx.task_id)
         self.ended(call)
 
-    def _guarded(self, ctx: TaskContext, settle: Callable[[], None]) -> None:
+    def _guarded(self, ctx: TaskContext, settle: Callable[[], object]) -> None:
         try:
             settle()
         except LostLease:
@@ -204,34 +190,10 @@ class Execution:
             self.report(exc, phase="settle", task=ctx.name, task_id=ctx.task_id)
 
     def _complete(self, ctx: TaskContext, value: Any) -> None:
-        with ctx._lock:
-            if ctx.settled or ctx.lost_lease:
-                return
-            try:
-                row = self._retrying(
-                    lambda: ctx._owned_settle(
-                        lambda: self.write_completion(ctx.task_id, ctx.worker_id, value)
-                    )
-                )
-            except SerializationError as exc:
-                ctx._fail_owned(unserializable_envelope(exc), False)
-                return
-            ctx._settle(row)
+        ctx.complete_unsettled(lambda: self.write_completion(ctx.task_id, ctx.worker_id, value))
 
     def _fail(self, ctx: TaskContext, envelope: dict[str, Any], retryable: bool) -> None:
-        with ctx._lock:
-            if ctx.settled or ctx.lost_lease:
-                return
-            self._retrying(lambda: ctx._fail_owned(envelope, retryable))
-
-    def _retrying(self, write: Callable[[], TaskRecord]) -> TaskRecord:
-        # A settle is worth one reconnect: the task is done, and losing the
-        # write to a connection the database dropped would re-run it.
-        try:
-            return write()
-        except (OperationalError, InterfaceError):
-            connections[self.store.using].close()
-            return write()
+        ctx.fail_unsettled(envelope, retryable)
 
     # ------------------------------------------------------------ reporting
     def started(self, call: Call) -> None:
@@ -246,13 +208,8 @@ class Execution:
         """Log one end line per task and send its signal, once per task."""
         duration = time.monotonic() - call.started
         for ctx in call.contexts:
-            with ctx._lock:
-                if ctx.ended or (not ctx.settled and not ctx.lost_lease):
-                    # Reported already, or undecided (a failed write that
-                    # lease recovery will settle): nothing to say now.
-                    continue
-                ctx.ended = True
-            self._end_one(ctx, duration, raised)
+            if ctx.mark_ended():
+                self._end_one(ctx, duration, raised)
 
     def _end_one(self, ctx: TaskContext, duration: float, raised: BaseException | None) -> None:
         row = ctx.final

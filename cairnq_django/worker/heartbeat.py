@@ -10,8 +10,8 @@ recover the task and run it a second time.
 
 Nor should the database's own pace hold a beat back. A renewal is soft state
 (lost in a crash, a lease just ends sooner), so on PostgreSQL it commits
-without waiting for its WAL flush; a beat under I/O load otherwise waited
-for the disk on every renewal. And the rows this worker's settler is
+without waiting for its WAL flush (where the dialect has_async_commit); a
+beat under I/O load otherwise waited for the disk on every renewal. And the rows this worker's settler is
 committing right now are skipped: their row locks are held until that
 group's own flush, and they are about to leave `running` anyway.
 
@@ -124,7 +124,7 @@ class Heartbeat(threading.Thread):
                 )
 
     def _renew(self, task_ids: list[str]) -> dict[str, bool]:
-        if self.store.dialect.vendor != "postgresql":
+        if not self.store.dialect.has_async_commit:
             # SQLite (WAL, synchronous=NORMAL as recommended) does not sync a commit.
             return self.store.heartbeat_batch(task_ids, self.worker_id, self.lease_ms)
         with transaction.atomic(using=self.store.using):
