@@ -12,6 +12,8 @@ from typing import Any
 
 from django.conf import settings as django_settings
 
+from .records import DEFAULT_LEASE_MS, DEFAULT_QUEUE
+
 DEFAULTS: dict[str, Any] = {
     # Alias of the database holding the CairnQ tables.
     "DATABASE": "default",
@@ -29,9 +31,9 @@ DEFAULTS: dict[str, Any] = {
     # data_version). Turn off behind a transaction-mode pooler.
     "WAKEUPS": True,
     # Worker defaults (each has a command-line flag).
-    "QUEUES": ["default"],
+    "QUEUES": [DEFAULT_QUEUE],
     "CONCURRENCY": 8,
-    "LEASE": 30_000,
+    "LEASE": DEFAULT_LEASE_MS,
     "POLL_INTERVAL": 1_000,
     "MAX_RUN": None,
     "SHUTDOWN_TIMEOUT": 30_000,

@@ -33,9 +33,14 @@ MAX_CORRELATION_ID_LENGTH = 255
 MAX_DELAY_MS = 2**52
 
 
+def is_integer(value: Any, *, minimum: int = 1) -> bool:
+    """Is value an int (never a bool) of at least `minimum`? For checks that report, not raise."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
+
+
 def check_integer(argument: str, value: Any, *, minimum: int = 1) -> int:
     """An int (never a bool) of at least `minimum`; returns it. Raises ValueError."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+    if not is_integer(value, minimum=minimum):
         raise ValueError(f"{argument} must be an integer >= {minimum}, got {value!r}.")
     return value
 
@@ -49,7 +54,7 @@ def check_conflict(conflict: Any) -> str:
     return conflict
 
 
-def cli_integer(minimum: int = 1) -> Callable[[str], int]:
+def cli_integer(minimum: int = 1, *, maximum: int | None = None) -> Callable[[str], int]:
     """An argparse `type=` for an integer option: argparse names the option in its error."""
 
     def parse(text: str) -> int:
@@ -59,6 +64,8 @@ def cli_integer(minimum: int = 1) -> Callable[[str], int]:
             raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
         if value < minimum:
             raise argparse.ArgumentTypeError(f"expected an integer >= {minimum}, got {text!r}")
+        if maximum is not None and value > maximum:
+            raise argparse.ArgumentTypeError(f"expected an integer <= {maximum}, got {text!r}")
         return value
 
     parse.__name__ = "integer" if minimum <= 0 else "positive integer"
