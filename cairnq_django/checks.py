@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Sequence
+from typing import Any
 
+from django.apps import AppConfig
 from django.conf import settings
-from django.core.checks import Error, Tags, Warning, register
+from django.core.checks import CheckMessage, Error, Tags, Warning, register
 from django.db import DEFAULT_DB_ALIAS
 from django.utils.module_loading import import_string
 
 from .conf import DEFAULTS, DURATION_KEYS, cairnq_settings, to_ms
+from .retention import retention_config_errors
+from .validators import is_integer
 from .schedules import checks as _schedule_checks  # noqa: F401  (registers them)
 # Importing the Tasks framework registers its check, which runs each TASKS
 # backend's check() (CairnQBackend's among them).
@@ -21,8 +26,11 @@ MIN_SQLITE = (3, 35, 0)
 
 
 @register(Tags.compatibility)
-def check_settings(app_configs=None, **kwargs):
-    errors = []
+def check_settings(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """Report every settings.CAIRNQ value the queue cannot run with, before it runs."""
+    errors: list[CheckMessage] = []
     user = getattr(settings, "CAIRNQ", None) or {}
     if not isinstance(user, dict):
         return [Error("settings.CAIRNQ must be a dict.", id="cairnq.E001")]
@@ -91,22 +99,15 @@ def check_settings(app_configs=None, **kwargs):
             )
         if hook is not None and not callable(hook):
             errors.append(Error(f"{on_error!r} is not callable.", id="cairnq.E007"))
-    try:
-        from .retention import retention_config_errors
-    except ImportError:  # retention arrives in its own module
-        pass
-    else:
-        errors += [
-            Error(message, hint=hint, id="cairnq.E020")
-            for message, hint in retention_config_errors(user.get("RETENTION"))
-        ]
+    errors += [
+        Error(message, hint=hint, id="cairnq.E020")
+        for message, hint in retention_config_errors(user.get("RETENTION"))
+    ]
     return errors
 
 
-def _check_positive_int(user, key):
-    if key in user and (
-        isinstance(user[key], bool) or not isinstance(user[key], int) or user[key] < 1
-    ):
+def _check_positive_int(user: dict[str, Any], key: str) -> list[CheckMessage]:
+    if key in user and not is_integer(user[key]):
         return [
             Error(
                 f"settings.CAIRNQ[{key!r}] must be a positive integer, not {user[key]!r}.",
@@ -116,11 +117,11 @@ def _check_positive_int(user, key):
     return []
 
 
-def _check_queue_depth(limit):
+def _check_queue_depth(limit: Any) -> list[CheckMessage]:
     if limit is None:
         return []
     limits = limit.values() if isinstance(limit, dict) else [limit]
-    if all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in limits):
+    if all(is_integer(v) for v in limits):
         return []
     return [
         Error(
@@ -136,7 +137,9 @@ def _check_queue_depth(limit):
 # checks only when asked for a database (`check --database`), so a plain
 # `manage.py check` or `runserver` would otherwise never report them.
 @register(Tags.compatibility)
-def check_database(app_configs=None, **kwargs):
+def check_database(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
     """Check the queue's database alias and, for SQLite, its concurrency options."""
     user = getattr(settings, "CAIRNQ", None)
     if not isinstance(user, dict) and user is not None:
@@ -154,7 +157,7 @@ def check_database(app_configs=None, **kwargs):
     return database_errors(alias) + _router_errors(alias)
 
 
-def _router_errors(alias):
+def _router_errors(alias: str) -> list[CheckMessage]:
     if alias == DEFAULT_DB_ALIAS:
         return []
     routers = [
@@ -175,7 +178,8 @@ def _router_errors(alias):
     ]
 
 
-def database_errors(alias):
+def database_errors(alias: str) -> list[CheckMessage]:
+    """The engine and SQLite options of one database alias that concurrent workers need."""
     config = settings.DATABASES[alias]
     engine = config.get("ENGINE", "")
     if engine.endswith("postgresql"):
@@ -188,7 +192,7 @@ def database_errors(alias):
                 id="cairnq.E011",
             )
         ]
-    errors = []
+    errors: list[CheckMessage] = []
     if sqlite3.sqlite_version_info < MIN_SQLITE:
         errors.append(
             Error(
