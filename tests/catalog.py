@@ -14,7 +14,7 @@ from contextlib import contextmanager
 CAIRNQ_TABLES = ("cairnq_migrations", "cairnq_meta", "cairnq_task_keys", "cairnq_tasks")
 
 
-def _rows(cursor, sql, params=None):
+def _fetch(cursor, sql, params=None):
     cursor.execute(sql, params or ())
     return [tuple(row) for row in cursor.fetchall()]
 
@@ -53,7 +53,7 @@ def sqlite_catalog(cursor) -> dict:
     """Tables, columns, foreign keys and indexes of the cairnq_* objects."""
     tables = [
         row[0]
-        for row in _rows(
+        for row in _fetch(
             cursor,
             "SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'cairnq%'"
             " ORDER BY name",
@@ -64,27 +64,27 @@ def sqlite_catalog(cursor) -> dict:
         catalog["columns"][table] = [
             # cid, name, type, notnull, default, pk, hidden
             (name, ctype.lower(), bool(notnull), _normalize_sql(default), pk)
-            for _cid, name, ctype, notnull, default, pk, _hidden in _rows(
+            for _cid, name, ctype, notnull, default, pk, _hidden in _fetch(
                 cursor, f"PRAGMA table_xinfo({table})"
             )
         ]
         catalog["foreign_keys"][table] = sorted(
             (ref_table, src, dst, on_update.upper(), on_delete.upper())
-            for _id, _seq, ref_table, src, dst, on_update, on_delete, _match in _rows(
+            for _id, _seq, ref_table, src, dst, on_update, on_delete, _match in _fetch(
                 cursor, f"PRAGMA foreign_key_list({table})"
             )
         )
-        for _seq, name, unique, origin, partial in _rows(cursor, f"PRAGMA index_list({table})"):
+        for _seq, name, unique, origin, partial in _fetch(cursor, f"PRAGMA index_list({table})"):
             keys = [
                 (column, "desc" if desc else "asc")
-                for _seqno, _cid, column, desc, _coll, key in _rows(
+                for _seqno, _cid, column, desc, _coll, key in _fetch(
                     cursor, f"PRAGMA index_xinfo({name})"
                 )
                 if key
             ]
             predicate = None
             if partial:
-                sql = _rows(cursor, f"SELECT sql FROM sqlite_master WHERE name = '{name}'")[0][0]
+                sql = _fetch(cursor, f"SELECT sql FROM sqlite_master WHERE name = '{name}'")[0][0]
                 predicate = _normalize_predicate(
                     re.split(r"\bwhere\b", sql, flags=re.I, maxsplit=1)[1]
                 )
@@ -104,7 +104,7 @@ def postgres_catalog(cursor) -> dict:
     """Tables, columns, constraints, indexes, trigger and function of cairnq_*."""
     tables = [
         row[0]
-        for row in _rows(
+        for row in _fetch(
             cursor,
             "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
             " AND tablename LIKE 'cairnq%%' ORDER BY tablename",
@@ -112,7 +112,7 @@ def postgres_catalog(cursor) -> dict:
     ]
     catalog: dict = {"tables": tables, "columns": {}, "constraints": {}, "indexes": {}}
     for table in tables:
-        catalog["columns"][table] = _rows(
+        catalog["columns"][table] = _fetch(
             cursor,
             "SELECT column_name, data_type, is_nullable, column_default"
             " FROM information_schema.columns"
@@ -121,14 +121,14 @@ def postgres_catalog(cursor) -> dict:
             [table],
         )
         catalog["constraints"][table] = sorted(
-            _rows(
+            _fetch(
                 cursor,
                 "SELECT conname, contype::text, pg_get_constraintdef(oid) FROM pg_constraint"
                 " WHERE conrelid = %s::regclass",
                 [table],
             )
         )
-    for name, table, unique, primary, definition, predicate, options in _rows(
+    for name, table, unique, primary, definition, predicate, options in _fetch(
         cursor,
         "SELECT ic.relname, tc.relname, ix.indisunique, ix.indisprimary,"
         " pg_get_indexdef(ix.indexrelid), pg_get_expr(ix.indpred, ix.indrelid),"
@@ -146,13 +146,13 @@ def postgres_catalog(cursor) -> dict:
             "predicate": predicate,
             "options": options,
         }
-    catalog["triggers"] = _rows(
+    catalog["triggers"] = _fetch(
         cursor,
         "SELECT t.tgname, pg_get_triggerdef(t.oid) FROM pg_trigger t"
         " JOIN pg_class c ON c.oid = t.tgrelid"
         " WHERE c.relname LIKE 'cairnq%%' AND NOT t.tgisinternal ORDER BY t.tgname",
     )
-    catalog["functions"] = _rows(
+    catalog["functions"] = _fetch(
         cursor,
         "SELECT p.proname, pg_get_function_identity_arguments(p.oid),"
         " p.prorettype::regtype::text, l.lanname, p.provolatile::text"
@@ -185,11 +185,11 @@ def _protocol_only(found: dict) -> dict:
 
 
 def meta_rows(cursor) -> list[tuple]:
-    return _rows(cursor, "SELECT key, value FROM cairnq_meta ORDER BY key")
+    return _fetch(cursor, "SELECT key, value FROM cairnq_meta ORDER BY key")
 
 
 def ledger(cursor) -> list[tuple]:
-    return _rows(cursor, "SELECT name, applied_at_ms FROM cairnq_migrations ORDER BY name")
+    return _fetch(cursor, "SELECT name, applied_at_ms FROM cairnq_migrations ORDER BY name")
 
 
 # -------------------------------------------------- scratch Postgres databases

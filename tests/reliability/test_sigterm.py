@@ -28,7 +28,7 @@ pytestmark = pytest.mark.slow
 LONG_LEASE = "60000"
 
 
-def _rows():
+def _task_summaries():
     with connections["default"].cursor() as cursor:
         cursor.execute("SELECT id, status, attempt, error FROM cairnq_tasks")
         return cursor.fetchall()
@@ -120,7 +120,7 @@ def test_sigterm_in_a_flood_of_short_tasks_leaves_nothing_running(
         out = worker.output()
     finally:
         worker.stop()
-    outcomes = Counter(_outcome(row) for row in _rows())
+    outcomes = Counter(_outcome(row) for row in _task_summaries())
     print(f"\nSIGTERM in a flood of {total} short tasks (grace 100 ms): {dict(outcomes)}")
     assert sum(outcomes.values()) == total
     assert not [o for o in outcomes if o.startswith("bad")], (outcomes, out[-5000:])
