@@ -22,10 +22,7 @@ from django.contrib.admin.views.main import ORDER_VAR, ChangeList
 from django.contrib.auth import get_permission_codename
 from django.core.exceptions import BadRequest, ValidationError
 from django.core.paginator import Paginator
-from django.db import connections
-from django.db.models import BinaryField, Q, TextField
-from django.db.models.expressions import RawSQL
-from django.db.models.functions import Cast
+from django.db.models import Q
 from django.urls import path, reverse
 from django.utils.functional import cached_property
 from django.utils.html import format_html, format_html_join
@@ -38,22 +35,18 @@ from .conf import cairnq_settings
 from .ids import now_ms
 from .models import Task, TaskKey
 from .records import TERMINAL_STATUSES
+from .store.admin_reads import (
+    distinct_task_values,
+    estimated_task_count,
+    newest_first_ordering,
+    raw_column,
+)
 
 CHILDREN_SHOWN = 20
 
 # Columns a foreign writer fills with free text: the list never selects them,
 # and the task page reads them through raw_column.
 RAW_COLUMNS = ("payload", "metadata", "result", "error", "message")
-
-
-def raw_column(column: str, vendor: str):
-    """A column as text the driver can always fetch: bytes on SQLite, text on PostgreSQL.
-
-    Python's sqlite3 decodes TEXT while fetching, and one value that is not
-    UTF-8 fails the whole query; a BLOB comes back as bytes. PostgreSQL text is
-    always valid, and jsonb::text prints any jsonb, however deep.
-    """
-    return Cast(column, BinaryField() if vendor == "sqlite" else TextField())
 
 
 def _raw_attr(column: str) -> str:
@@ -134,23 +127,12 @@ class BoundedCountPaginator(Paginator):
         if counted <= self.COUNT_LIMIT:
             return counted
         self.count_is_exact = False
-        estimate = 0 if queryset.query.where else self._table_estimate(queryset)
+        estimate = 0 if queryset.query.where else (estimated_task_count(queryset.db) or 0)
         if estimate > self.COUNT_LIMIT:
             self.count_is_estimate = True
             return estimate
         return self.COUNT_LIMIT
 
-    def _table_estimate(self, queryset) -> int:
-        connection = connections[queryset.db]
-        if connection.vendor != "postgresql":
-            return 0
-        with connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass",
-                [queryset.model._meta.db_table],
-            )
-            row = cursor.fetchone()
-        return max(0, int(row[0])) if row else 0
 
 
 class TaskChangeList(ChangeList):
@@ -209,21 +191,7 @@ class DistinctValueFilter(admin.SimpleListFilter):
     MAX_CHOICES = 50
 
     def lookups(self, request, model_admin):
-        table = model_admin.model._meta.db_table
-        column = self.column
-        connection = connections[model_admin.using]
-        sql = (
-            f"WITH RECURSIVE v(value, n) AS ("
-            f" SELECT (SELECT {column} FROM {table} ORDER BY {column} LIMIT 1), 1"
-            f" UNION ALL"
-            f" SELECT (SELECT {column} FROM {table} WHERE {column} > v.value"
-            f" ORDER BY {column} LIMIT 1), v.n + 1 FROM v"
-            f" WHERE v.value IS NOT NULL AND v.n < %s)"
-            f" SELECT value FROM v WHERE value IS NOT NULL"
-        )
-        with connection.cursor() as cursor:
-            cursor.execute(sql, [self.MAX_CHOICES])
-            values = [row[0] for row in cursor.fetchall()]
+        values = distinct_task_values(model_admin.using, self.column, self.MAX_CHOICES)
         current = self.value()
         if current and current not in values:
             values.append(current)
@@ -334,9 +302,8 @@ class TaskAdmin(admin.ModelAdmin):
         return super().get_queryset(request).using(self.using).defer(*RAW_COLUMNS)
 
     def _with_raw_columns(self, queryset):
-        vendor = connections[self.using].vendor
         return queryset.annotate(
-            **{_raw_attr(column): raw_column(column, vendor) for column in RAW_COLUMNS}
+            **{_raw_attr(column): raw_column(column, self.using) for column in RAW_COLUMNS}
         )
 
     def get_object(self, request, object_id, from_field=None):
@@ -377,14 +344,7 @@ class TaskAdmin(admin.ModelAdmin):
         return super().changelist_view(request, extra_context)
 
     def get_ordering(self, request):
-        if connections[self.using].vendor == "sqlite":
-            # SQLite's single-column indexes (name, root_id, correlation_id)
-            # end in the rowid, so a filtered page in rowid order reads a few
-            # index entries instead of sorting every match. Rows get rowids
-            # in insertion order, which is id order to the millisecond.
-            rowid = RawSQL(f"{self.opts.db_table}.rowid", ())
-            return [rowid.desc(), "-id"]
-        return list(self.ordering)
+        return newest_first_ordering(self.using)
 
     def get_changelist(self, request, **kwargs):
         return TaskChangeList

@@ -12,7 +12,6 @@ from django.contrib import messages
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.contrib.admin.utils import quote, unquote
 from django.core.exceptions import PermissionDenied
-from django.db import connections
 from django.http import Http404, HttpResponseRedirect, JsonResponse
 from django.urls import path, reverse
 from django.utils.translation import gettext as _
@@ -22,6 +21,7 @@ from .admin_actions import RETRYABLE_STATUSES
 from .models import Task
 from .records import LIVE_STATUSES
 from .store import get_store
+from .store.admin_reads import task_message
 
 PROGRESS_POLL_MS = 1000
 
@@ -50,7 +50,7 @@ def controls(model_admin, request, task) -> dict:
         "cq_can_retry": can_retry,
         "cq_live": live,
         "cq_percent": None if task.progress is None else round(task.progress * 100),
-        "cq_message": _message(model_admin.using, task.pk) if live else None,
+        "cq_message": task_message(model_admin.using, task.pk) if live else None,
         "cq_poll_ms": PROGRESS_POLL_MS,
     }
 
@@ -130,22 +130,9 @@ class ProgressView(_TaskView):
         return JsonResponse({
             "status": row["status"],
             "progress": row["progress"],
-            "message": _message(self.model_admin.using, object_id),
+            "message": task_message(self.model_admin.using, object_id),
             "cancel_requested": row["cancel_requested_at_ms"] is not None,
         })
-
-
-def _message(using: str, task_id: str) -> str | None:
-    # Read as bytes on SQLite: a foreign writer's message may not be UTF-8,
-    # and fetching such TEXT fails the whole query.
-    column = "CAST(message AS BLOB)" if get_store(using).dialect.fails_on_bad_text else "message"
-    with connections[using].cursor() as cursor:
-        cursor.execute(f"SELECT {column} FROM cairnq_tasks WHERE id = %s", [task_id])
-        row = cursor.fetchone()
-    value = row[0] if row else None
-    if isinstance(value, (bytes, memoryview)):
-        return bytes(value).decode(errors="replace")
-    return value
 
 
 def urls(model_admin) -> list:

@@ -2,24 +2,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from django.core.exceptions import PermissionDenied
-from django.db import connections
-from django.db.models import Min
 from django.template.response import TemplateResponse
 from django.utils import dateformat, timezone
 from django.utils.html import format_html
 from django.utils.translation import gettext as _
 from django.views import View
 
-from .ids import now_ms
-from .models import Task
 from .records import STATUSES, TERMINAL_STATUSES
-from .store import get_store
-
-HOUR_MS = 3_600_000
+from .store.admin_reads import queue_stats
 
 
 def ms_to_datetime(ms: int | None) -> datetime | None:
@@ -60,58 +53,6 @@ def format_duration(ms: int | None) -> str:
         return f"{hours} h {minutes} min"
     days, hours = divmod(hours, 24)
     return f"{days} d {hours} h"
-
-
-@dataclass
-class QueueStats:
-    """One queue's row of the stats table."""
-
-    queue: str
-    counts: dict[str, int]
-    oldest_due_age_ms: int | None = None
-    finished_last_hour: dict[str, int] = field(
-        default_factory=lambda: dict.fromkeys(TERMINAL_STATUSES, 0)
-    )
-
-    @property
-    def total(self) -> int:
-        return sum(self.counts.values())
-
-    @property
-    def finished_total(self) -> int:
-        return sum(self.finished_last_hour.values())
-
-
-def _finished_since(using: str, queue: str, since_ms: int) -> dict[str, int]:
-    # Per queue, with the terminal list spelled as the partial purge index
-    # spells it: grouping the whole table by queue instead makes SQLite walk
-    # the claim index end to end.
-    with connections[using].cursor() as cursor:
-        cursor.execute(
-            "SELECT status, count(*) FROM cairnq_tasks WHERE queue = %s"
-            " AND status IN ('succeeded', 'failed', 'canceled') AND completed_at_ms >= %s"
-            " GROUP BY status",
-            [queue, since_ms],
-        )
-        return {status: int(n) for status, n in cursor.fetchall()}
-
-
-def queue_stats(using: str, now: int | None = None) -> list[QueueStats]:
-    """Counts per queue and status, the oldest due queued task, and the last hour's finishes."""
-    now = now_ms() if now is None else now
-    tasks = Task.objects.using(using)
-    rows = {
-        queue: QueueStats(queue=queue, counts=counts)
-        for queue, counts in get_store(using).stats().items()
-    }
-    for queue, row in rows.items():
-        # Probes per queue: (queue, status, ...) leads the claim index.
-        oldest = tasks.filter(queue=queue, status="queued", run_at_ms__lte=now).aggregate(
-            oldest=Min("run_at_ms")
-        )["oldest"]
-        row.oldest_due_age_ms = None if oldest is None else max(0, now - oldest)
-        row.finished_last_hour.update(_finished_since(using, queue, now - HOUR_MS))
-    return [rows[queue] for queue in sorted(rows)]
 
 
 class StatsView(View):

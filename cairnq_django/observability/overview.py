@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..admin_views import QueueStats, queue_stats
+from ..store.admin_reads import QueueStats, queue_stats
 from ..models import Task
 from ..store import get_store
 from .models import WorkerRecord
