@@ -15,7 +15,13 @@ from django.utils import timezone
 from . import signals, validators, waiting
 from .backpressure import wait_for_headroom
 from .conf import cairnq_settings, to_ms
-from .records import CONFLICTS, TaskRecord
+from .records import (
+    DEFAULT_CONFLICT,
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_PRIORITY,
+    DEFAULT_QUEUE,
+    TaskRecord,
+)
 from .store import get_store
 
 
@@ -51,11 +57,11 @@ def enqueue(
     name: str,
     payload: Any = None,
     *,
-    queue: str = "default",
+    queue: str = DEFAULT_QUEUE,
     key: str | None = None,
-    conflict: str = "reuse",
-    max_attempts: int = 3,
-    priority: int = 0,
+    conflict: str = DEFAULT_CONFLICT,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    priority: int = DEFAULT_PRIORITY,
     metadata: dict[str, Any] | None = None,
     delay: timedelta | int | None = None,
     run_at: datetime | None = None,
@@ -72,10 +78,7 @@ def enqueue(
     separate database; a PendingTask is returned then.
     """
     store = get_store(using)
-    if conflict not in CONFLICTS:
-        raise ValueError(
-            f"Unknown conflict strategy {conflict!r}; use one of {', '.join(CONFLICTS)}."
-        )
+    validators.check_conflict(conflict)
     _check_key(key)
     metadata, announced = signals.enqueuing(name, queue, metadata)
     try:
@@ -135,7 +138,7 @@ def enqueue_many(
     """
     store = get_store(using)
     specs, keys, announced = [], [], []
-    plain_key = (None, "reuse")
+    plain_key = (None, DEFAULT_CONFLICT)
     try:
         for index, item in enumerate(tasks):
             if isinstance(item, tuple):
@@ -145,7 +148,7 @@ def enqueue_many(
                         f"enqueue_many item {index} must be (name,) or (name, payload); "
                         f"got a tuple of {len(item)}."
                     )
-                metadata, sent = signals.enqueuing(item[0], "default", None)
+                metadata, sent = signals.enqueuing(item[0], DEFAULT_QUEUE, None)
                 if sent:
                     announced.append((len(specs), metadata))
                 specs.append(
@@ -160,21 +163,22 @@ def enqueue_many(
                     f"enqueue_many item {index} needs 'name' and takes only "
                     f"{', '.join(sorted(_MANY_OPTIONS | {'payload'}))}; got {sorted(item)}."
                 )
-            conflict = item.get("conflict", "reuse")
-            if conflict not in CONFLICTS:
-                raise ValueError(f"enqueue_many item {index}: unknown conflict {conflict!r}.")
-            metadata, sent = signals.enqueuing(
-                item["name"], item.get("queue", "default"), item.get("metadata")
-            )
+            conflict = item.get("conflict", DEFAULT_CONFLICT)
+            try:
+                validators.check_conflict(conflict)
+            except ValueError as exc:
+                raise ValueError(f"enqueue_many item {index}: {exc}") from None
+            queue = item.get("queue", DEFAULT_QUEUE)
+            metadata, sent = signals.enqueuing(item["name"], queue, item.get("metadata"))
             if sent:
                 announced.append((len(specs), metadata))
             specs.append(
                 store.prepare(
                     item["name"],
                     item.get("payload"),
-                    queue=item.get("queue", "default"),
-                    max_attempts=item.get("max_attempts", 3),
-                    priority=item.get("priority", 0),
+                    queue=queue,
+                    max_attempts=item.get("max_attempts", DEFAULT_MAX_ATTEMPTS),
+                    priority=item.get("priority", DEFAULT_PRIORITY),
                     metadata=metadata,
                     correlation_id=item.get("correlation_id"),
                     delay_ms=_delay_ms(item.get("delay"), item.get("run_at")),

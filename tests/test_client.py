@@ -187,6 +187,18 @@ def test_enqueue_many_validates_everything_before_writing(db, bad):
     assert count_tasks() == 0
 
 
+def test_an_unknown_conflict_gets_the_same_message_from_enqueue_and_enqueue_many(db):
+    message = (
+        "Unknown conflict strategy 'nope'; use one of reuse, reuse-succeeded, reject, replace."
+    )
+    with pytest.raises(ValueError) as one:
+        cairnq_django.enqueue("x", conflict="nope")
+    with pytest.raises(ValueError) as many:
+        cairnq_django.enqueue_many([("ok", {}), {"name": "x", "conflict": "nope"}])
+    assert str(one.value) == message
+    assert str(many.value) == f"enqueue_many item 1: {message}"
+
+
 def test_enqueue_many_is_one_transaction(live_store):
     cairnq_django.enqueue("a", key="taken")
     with pytest.raises(AlreadyExists):
