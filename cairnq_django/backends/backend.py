@@ -23,6 +23,8 @@ from django.core import checks
 
 from .. import client, compat
 from ..conf import cairnq_settings
+from ..records import DEFAULT_CONFLICT
+from ..validators import is_integer
 from .results import pending_result, split_payload, to_result
 from .tasks import CairnQTask, known_tasks, row_name, validate_extras
 
@@ -92,7 +94,7 @@ class CairnQBackend(compat.BaseTaskBackend):
             run_at=task.run_after,
             max_attempts=getattr(task, "max_attempts", None) or self.max_attempts,
             key=getattr(task, "key", None),
-            conflict=getattr(task, "conflict", "reuse"),
+            conflict=getattr(task, "conflict", DEFAULT_CONFLICT),
             using=self.database,
             on_commit=self.on_commit,
         )
@@ -159,12 +161,11 @@ class CairnQBackend(compat.BaseTaskBackend):
                     id="cairnq.E102",
                 )
             )
-        max_attempts = self.max_attempts
-        if isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1:
+        if not is_integer(self.max_attempts):
             errors.append(
                 checks.Error(
                     f"{where}['OPTIONS']['MAX_ATTEMPTS'] must be an integer >= 1, "
-                    f"got {max_attempts!r}.",
+                    f"got {self.max_attempts!r}.",
                     id="cairnq.E103",
                 )
             )

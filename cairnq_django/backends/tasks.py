@@ -18,8 +18,14 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from .. import compat
-from ..records import CONFLICTS
-from ..validators import MAX_KEY_LENGTH, MAX_NAME_LENGTH, check_label
+from ..records import DEFAULT_CONFLICT
+from ..validators import (
+    MAX_KEY_LENGTH,
+    MAX_NAME_LENGTH,
+    check_conflict,
+    check_integer,
+    check_label,
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -36,7 +42,7 @@ class CairnQTask(compat.Task):
     max_attempts: int | None = None
     # A business key and what to do when it is taken (see cairnq_django.enqueue).
     key: str | None = None
-    conflict: str = "reuse"
+    conflict: str = DEFAULT_CONFLICT
 
     def using(
         self,
@@ -73,18 +79,12 @@ def validate_extras(task: Any) -> None:
     try:
         check_label("Task name", row_name(task), MAX_NAME_LENGTH)
         check_label("key", getattr(task, "key", None), MAX_KEY_LENGTH, optional=True)
+        max_attempts = getattr(task, "max_attempts", None)
+        if max_attempts is not None:
+            check_integer("max_attempts", max_attempts)
+        check_conflict(getattr(task, "conflict", DEFAULT_CONFLICT))
     except ValueError as exc:
         raise compat.InvalidTask(str(exc)) from None
-    max_attempts = getattr(task, "max_attempts", None)
-    if max_attempts is not None and (
-        isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1
-    ):
-        raise compat.InvalidTask(f"max_attempts must be an integer >= 1, got {max_attempts!r}.")
-    conflict = getattr(task, "conflict", "reuse")
-    if conflict not in CONFLICTS:
-        raise compat.InvalidTask(
-            f"Unknown conflict strategy {conflict!r}; use one of {', '.join(CONFLICTS)}."
-        )
 
 
 class KnownTasks:
