@@ -81,7 +81,8 @@ def test_no_schedule_setting_means_no_schedules():
          "number of milliseconds, not '5m'."),
         ({"every": 5000, "missed": "all"}, "settings.CAIRNQ['SCHEDULE']['s']['missed'] is 'all'."),
         ({"every": 5000, "conflict": "merge"},
-         "settings.CAIRNQ['SCHEDULE']['s']['conflict'] is 'merge'."),
+         "settings.CAIRNQ['SCHEDULE']['s']['conflict']: Unknown conflict strategy 'merge'; "
+         "use one of reuse, reuse-succeeded, reject, replace."),
         ({"every": 5000, "max_attempts": 0}, "settings.CAIRNQ['SCHEDULE']['s']['max_attempts']: "
          "max_attempts must be from 1 to 2147483647, got 0."),
         ({"every": 5000, "payload": {"x": float("nan")}},

@@ -23,11 +23,13 @@ from django.conf import settings as django_settings
 
 from .. import jsoncodec
 from ..conf import cairnq_settings
-from ..records import CONFLICTS
+from ..records import DEFAULT_CONFLICT, DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE
 from ..validators import (
+    INT32_MIN,
     MAX_KEY_LENGTH,
     MAX_NAME_LENGTH,
     MAX_QUEUE_LENGTH,
+    check_conflict,
     check_int32,
     check_label,
 )
@@ -70,12 +72,12 @@ class Schedule:
     every_ms: int | None = None
     timezone: str | None = None
     payload: Any = None
-    queue: str = "default"
-    priority: int = 0
-    max_attempts: int = 3
+    queue: str = DEFAULT_QUEUE
+    priority: int = DEFAULT_PRIORITY
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS
     metadata: dict[str, Any] = field(default_factory=dict)
     key: str | None = None
-    conflict: str = "reuse"
+    conflict: str = DEFAULT_CONFLICT
     missed: str = "run-once"
     grace_ms: int = DEFAULT_GRACE_MS
 
@@ -273,7 +275,7 @@ def _parse_one(name: Any, spec: Any) -> Schedule:
     if "key" in spec and spec["key"] is not None:
         _label(where, "key", spec["key"], MAX_KEY_LENGTH)
         options["key"] = spec["key"]
-    for option, minimum in (("priority", -(2**31)), ("max_attempts", 1)):
+    for option, minimum in (("priority", INT32_MIN), ("max_attempts", 1)):
         if option in spec:
             try:
                 check_int32(option, spec[option], minimum=minimum)
@@ -281,12 +283,10 @@ def _parse_one(name: Any, spec: Any) -> Schedule:
                 raise ScheduleConfigError(f"{where}['{option}']: {exc}") from None
             options[option] = spec[option]
     if "conflict" in spec:
-        if spec["conflict"] not in CONFLICTS:
-            raise ScheduleConfigError(
-                f"{where}['conflict'] is {spec['conflict']!r}.",
-                hint="Use one of: " + ", ".join(CONFLICTS) + ".",
-            )
-        options["conflict"] = spec["conflict"]
+        try:
+            options["conflict"] = check_conflict(spec["conflict"])
+        except ValueError as exc:
+            raise ScheduleConfigError(f"{where}['conflict']: {exc}") from None
     if "missed" in spec:
         if spec["missed"] not in MISSED_POLICIES:
             raise ScheduleConfigError(
