@@ -20,7 +20,7 @@ from django.urls import reverse
 
 from cairnq_django.models import Task
 
-from ..storeutil import run
+from ..storeutil import make
 
 CHANGELIST = "/admin/cairnq_django/task/"
 
@@ -64,21 +64,14 @@ def listed_ids(response) -> list[str]:
     return [task.id for task in response.context["cl"].result_list]
 
 
-def finished_task(store, name="job"):
-    task = run(store, name, priority=1_000_000)
-    return store.complete(task.id, "w1", {"ok": True})
-
-
-def failed_task(store, name="job"):
-    task = run(store, name, priority=1_000_000, max_attempts=1)
-    return store.fail(task.id, "w1", "boom", retryable=False)
-
-
 # ---------------------------------------------------------------- poison rows
 @pytest.mark.parametrize("column", JSON_COLUMNS)
 def test_poison_row_is_listed_and_its_page_shows_the_raw_text(admin_client, store, column):
-    makers = {"result": finished_task, "error": failed_task}
-    task = makers.get(column, lambda store, name: store.submit(name))(store, "poisoned")
+    makers = {
+        "result": lambda: make(store, "succeeded", "poisoned"),
+        "error": lambda: make(store, "failed", "poisoned", max_attempts=1),
+    }
+    task = makers.get(column, lambda: make(store, "queued", "poisoned"))()
     healthy = store.submit("healthy")
     poison(task.id, column)
 
@@ -98,7 +91,7 @@ def test_poison_row_is_listed_and_its_page_shows_the_raw_text(admin_client, stor
 
 
 def test_every_json_column_poisoned_at_once(admin_client, store):
-    task = failed_task(store, "poisoned")
+    task = make(store, "failed", "poisoned", max_attempts=1)
     for column in JSON_COLUMNS:
         poison(task.id, column)
     html = admin_client.get(detail_url(task.id)).content.decode()
@@ -160,8 +153,8 @@ def test_deep_but_decodable_json_is_shown(admin_client, store):
 
 def test_actions_on_poison_rows(admin_client, store):
     queued = store.submit("q")
-    failed = failed_task(store, "f")
-    done = finished_task(store, "d")
+    failed = make(store, "failed", "f", max_attempts=1)
+    done = make(store, "succeeded", "d")
     for task in (queued, failed, done):
         poison(task.id)
     for action, ids in (
@@ -326,9 +319,9 @@ def request_status(client, method: str, url: str, data=None) -> int | str:
 def corpus_tasks(store):
     """A queued, a running, a failed and a finished task, two of them poisoned."""
     queued = store.submit("job", key="k1", correlation_id="c1")
-    running = run(store, "job", priority=1_000_000)
-    failed = failed_task(store)
-    done = finished_task(store)
+    running = make(store, "running")
+    failed = make(store, "failed", max_attempts=1)
+    done = make(store, "succeeded")
     poison(queued.id)
     poison(done.id, "result")
     return [queued.id, running.id, failed.id, done.id]
