@@ -15,7 +15,7 @@ from cairnq_django.records import TERMINAL_STATUSES
 from cairnq_django.retention import (
     SETTING,
     RetentionSweeper,
-    format_duration,
+    format_compact_duration,
     parse_duration,
     parse_retention,
     rules_for_overrides,
@@ -166,7 +166,7 @@ class Command(BaseCommand):
             if options["loop"]:
                 self.stdout.write(
                     f"Sweeping database {using!r} every "
-                    f"{format_duration(sweeper.interval_ms)} until SIGTERM or SIGINT."
+                    f"{format_compact_duration(sweeper.interval_ms)} until SIGTERM or SIGINT."
                 )
                 self.stdout.flush()
                 sweeper.run()

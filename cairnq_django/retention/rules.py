@@ -1,0 +1,86 @@
+"""Retention rules: what a rule deletes, what a sweep did with it, and one-off narrowing."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .durations import format_compact_duration
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RetentionRule:
+    """Finished tasks matching the filters may be deleted older_than_ms after completion."""
+
+    older_than_ms: int
+    queue: str | None = None
+    status: str | None = None  # None means every finished status
+    name: str | None = None
+
+    def describe(self) -> str:
+        """Say in words what this rule deletes."""
+        what = f"{self.status} tasks" if self.status else "finished tasks"
+        if self.queue is not None:
+            what += f" in queue {self.queue!r}"
+        if self.name is not None:
+            what += f" named {self.name!r}"
+        return f"{what} older than {format_compact_duration(self.older_than_ms)}"
+
+    def __str__(self) -> str:
+        return self.describe()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RuleResult:
+    """What one sweep did for one rule (or, in a dry run, would do)."""
+
+    rule: RetentionRule
+    deleted: int  # in a dry run: how many rows match now
+    batches: int  # purge statements that deleted rows (0 in a dry run)
+    dry_run: bool = False
+    complete: bool = True  # False when stop() cut the sweep short
+
+    @property
+    def description(self) -> str:
+        return self.rule.describe()
+
+
+def rules_for_overrides(
+    rules: Sequence[RetentionRule],
+    *,
+    older_than_ms: int | None = None,
+    statuses: Sequence[str] = (),
+    queues: Sequence[str] = (),
+    names: Sequence[str] = (),
+) -> list[RetentionRule]:
+    """Return one-off rules: a new cutoff for the given filters, or `rules` narrowed to them.
+
+    With older_than_ms, every combination of the filters becomes a rule with
+    that cutoff. Without it, each configured rule is intersected with each
+    combination, so a narrowed sweep never deletes more than the settings allow.
+    """
+    combos = [
+        (s, q, n)
+        for s in (list(statuses) or [None])
+        for q in (list(queues) or [None])
+        for n in (list(names) or [None])
+    ]
+    if older_than_ms is not None:
+        return [
+            RetentionRule(older_than_ms=older_than_ms, status=s, queue=q, name=n)
+            for s, q, n in combos
+        ]
+    narrowed: list[RetentionRule] = []
+    for rule in rules:
+        for s, q, n in combos:
+            merged: dict[str, str | None] = {}
+            for field, want in (("status", s), ("queue", q), ("name", n)):
+                have = getattr(rule, field)
+                if want is not None and have is not None and want != have:
+                    break
+                merged[field] = have if have is not None else want
+            else:
+                candidate = RetentionRule(older_than_ms=rule.older_than_ms, **merged)
+                if candidate not in narrowed:
+                    narrowed.append(candidate)
+    return narrowed
