@@ -72,6 +72,18 @@ def cli_integer(minimum: int = 1, *, maximum: int | None = None) -> Callable[[st
     return parse
 
 
+def cli_database(text: str) -> str:
+    """An argparse `type=` for --database: an alias of settings.DATABASES, named in the error."""
+    from django.conf import settings
+
+    if text not in settings.DATABASES:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not in settings.DATABASES; use one of "
+            f"{', '.join(sorted(settings.DATABASES))}"
+        )
+    return text
+
+
 def check_label(argument: str, value: Any, max_length: int, *, optional: bool = False) -> None:
     """A name, queue, key or correlation id: a non-empty str of storable characters."""
     if value is None and optional:

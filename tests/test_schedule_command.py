@@ -93,13 +93,6 @@ def test_unknown_schedule_and_missing_name_are_errors():
         run("run")
 
 
-def test_next_must_be_a_positive_count():
-    with pytest.raises(CommandError, match="argument --next: must be a positive integer, not 'x'"):
-        run("--next", "x")
-    with pytest.raises(CommandError, match="argument --next: must be from 1 to 1000, not 0"):
-        run("--next", "0")
-
-
 def test_no_schedules():
     with override_settings(CAIRNQ={}):
         assert run() == "No schedules: settings.CAIRNQ['SCHEDULE'] is empty.\n"

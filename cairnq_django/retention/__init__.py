@@ -23,7 +23,7 @@ one-off narrowing), sweeper (the batched delete loop), durations ('7d' <-> ms).
 from __future__ import annotations
 
 from .config import RULE_KEYS, SETTING, parse_retention, retention_config_errors
-from .durations import format_compact_duration, parse_duration
+from .durations import cli_duration, format_compact_duration, parse_duration
 from .rules import RetentionRule, RuleResult, rules_for_overrides
 from .sweeper import RetentionSweeper
 from .sweeper import _count_purgeable  # noqa: F401  (tests/test_query_plans.py reads its plan)
@@ -34,6 +34,7 @@ __all__ = [
     "RetentionRule",
     "RetentionSweeper",
     "RuleResult",
+    "cli_duration",
     "format_compact_duration",
     "parse_duration",
     "parse_retention",

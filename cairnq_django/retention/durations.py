@@ -6,6 +6,7 @@ read this form; rule descriptions and the sweep loop's banner write it.
 
 from __future__ import annotations
 
+import argparse
 import re
 
 _UNITS_MS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
@@ -29,6 +30,14 @@ def parse_duration(text: str) -> int:
             "a unit (ms, s, m, h, d, w), e.g. 30m, 2h or 7d."
         )
     return int(total)
+
+
+def cli_duration(text: str) -> int:
+    """An argparse `type=` for a duration option: argparse names the option in its error."""
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def format_compact_duration(ms: int) -> str:

@@ -8,23 +8,16 @@ and cron alerts.
 
 from __future__ import annotations
 
-import argparse
 import sys
 
 from django.core.management.base import BaseCommand
 
 from cairnq_django.conf import cairnq_settings
 from cairnq_django.observability.health import check
-from cairnq_django.retention import parse_duration
+from cairnq_django.retention import cli_duration
+from cairnq_django.validators import cli_database
 
 DEFAULT_MAX_AGE_MS = 300_000
-
-
-def _duration(text: str) -> int:
-    try:
-        return parse_duration(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 class Command(BaseCommand):
@@ -38,7 +31,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser):
         parser.add_argument(
-            "--max-age", type=_duration, default=DEFAULT_MAX_AGE_MS, metavar="DURATION",
+            "--max-age", type=cli_duration, default=DEFAULT_MAX_AGE_MS, metavar="DURATION",
             help="How long the oldest due task may wait before the queue counts as stuck "
             "(milliseconds, or 30s, 5m, 1h). Default: 5m.",
         )
@@ -47,7 +40,7 @@ class Command(BaseCommand):
             help="Check only this queue; repeat for several. Default: every queue.",
         )
         parser.add_argument(
-            "--database", default=None,
+            "--database", default=None, type=cli_database,
             help="Database alias of the queue. Default: CAIRNQ['DATABASE'].",
         )
 

@@ -2,26 +2,18 @@
 
 from __future__ import annotations
 
-import argparse
-
 from django.core.management.base import BaseCommand, CommandError
 
 from ...conf import cairnq_settings
 from ...schedules import state
 from ...schedules.config import ScheduleConfigError
 from ...schedules.overview import find_schedule, schedule_views
+from ...validators import cli_database, cli_integer
 
 ACTIONS = ("list", "run", "pause", "resume")
 
-
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a positive integer, not {text!r}") from None
-    if not 1 <= value <= 1000:
-        raise argparse.ArgumentTypeError(f"must be from 1 to 1000, not {value}")
-    return value
+# --next lists occurrences computed in this process; more than this is a typo.
+MAX_NEXT = 1000
 
 
 class Command(BaseCommand):
@@ -39,11 +31,11 @@ class Command(BaseCommand):
         )
         parser.add_argument("name", nargs="?", help="The schedule, for run, pause and resume.")
         parser.add_argument(
-            "--next", type=_count, default=1, metavar="N", dest="count",
+            "--next", type=cli_integer(maximum=MAX_NEXT), default=1, metavar="N", dest="count",
             help="With list: show the next N occurrences of each schedule (default 1).",
         )
         parser.add_argument(
-            "--database", metavar="ALIAS",
+            "--database", metavar="ALIAS", type=cli_database,
             help="Database alias holding the CairnQ tables. Default: CAIRNQ['DATABASE'].",
         )
 

@@ -11,6 +11,7 @@ from cairnq_django.admin_views import format_duration
 from cairnq_django.conf import cairnq_settings
 from cairnq_django.observability.overview import Overview, overview
 from cairnq_django.records import STATUSES
+from cairnq_django.validators import cli_database
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -85,7 +86,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("--json", action="store_true", help="Print JSON instead of tables.")
         parser.add_argument(
-            "--database", default=None,
+            "--database", default=None, type=cli_database,
             help="Database alias of the queue. Default: CAIRNQ['DATABASE'].",
         )
 

@@ -7,7 +7,6 @@ import threading
 import time
 from contextlib import contextmanager
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError
 
 from cairnq_django.conf import cairnq_settings
@@ -15,28 +14,12 @@ from cairnq_django.records import TERMINAL_STATUSES
 from cairnq_django.retention import (
     SETTING,
     RetentionSweeper,
+    cli_duration,
     format_compact_duration,
-    parse_duration,
     parse_retention,
     rules_for_overrides,
 )
-
-
-def _duration(text: str) -> int:
-    try:
-        return parse_duration(text)
-    except ValueError as exc:
-        raise CommandError(f"--older-than: {exc}") from None
-
-
-def _batch_size(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise CommandError(f"--batch-size must be a whole number of at least 1, not {text!r}.")
-    return value
+from cairnq_django.validators import cli_database, cli_integer
 
 
 class Progress:
@@ -116,7 +99,7 @@ class Command(BaseCommand):
             help="Count what would be deleted; delete nothing.",
         )
         parser.add_argument(
-            "--older-than", metavar="AGE",
+            "--older-than", metavar="AGE", type=cli_duration,
             help="One-off cutoff instead of the settings: milliseconds or e.g. 30m, 2h, 7d.",
         )
         parser.add_argument(
@@ -130,10 +113,11 @@ class Command(BaseCommand):
             "--name", action="append", default=[], help="Only this task name (repeatable)."
         )
         parser.add_argument(
-            "--database", help="Database alias (default: settings.CAIRNQ['DATABASE'])."
+            "--database", type=cli_database,
+            help="Database alias (default: settings.CAIRNQ['DATABASE']).",
         )
         parser.add_argument(
-            "--batch-size", metavar="N",
+            "--batch-size", metavar="N", type=cli_integer(),
             help="Rows per delete statement (default: settings.CAIRNQ['SWEEP_BATCH_SIZE']).",
         )
         parser.add_argument(
@@ -143,8 +127,6 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         using = options["database"] or cairnq_settings.DATABASE
-        if using not in settings.DATABASES:
-            raise CommandError(f"Database {using!r} is not in settings.DATABASES.")
         rules = self._rules(options)
         progress = None
         if options["progress"] or self.stderr.isatty():
@@ -153,7 +135,7 @@ class Command(BaseCommand):
             sweeper = RetentionSweeper(
                 using=using,
                 rules=rules,
-                batch_size=_batch_size(options["batch_size"]) if options["batch_size"] else None,
+                batch_size=options["batch_size"],
                 dry_run=options["dry_run"],
                 on_batch=progress,
                 on_sweep=lambda results: self._report(results, progress, quiet_if_empty=True),
@@ -175,8 +157,7 @@ class Command(BaseCommand):
                 self._report(sweeper.sweep_once(), progress, quiet_if_empty=False)
 
     def _rules(self, options):
-        older_than = options["older_than"]
-        older_than_ms = _duration(older_than) if older_than is not None else None
+        older_than_ms = options["older_than"]
         configured = []
         if older_than_ms is None:
             try:
