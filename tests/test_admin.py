@@ -12,8 +12,9 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from cairnq_django.admin import BoundedCountPaginator, DistinctValueFilter
-from cairnq_django.admin_views import format_duration
+from cairnq_django.admin.changelist import BoundedCountPaginator
+from cairnq_django.admin.display import human_duration
+from cairnq_django.admin.filters import DistinctValueFilter
 from cairnq_django.models import Task
 
 from .storeutil import make, shift
@@ -456,8 +457,8 @@ def test_stats_view_with_no_tasks(admin_client, store):
     [(None, "-"), (850, "850 ms"), (4_200, "4.2 s"), (185_000, "3 min 5 s"),
      (7_800_000, "2 h 10 min"), (3 * 86_400_000 + 3_600_000, "3 d 1 h")],
 )
-def test_format_duration(ms, text):
-    assert format_duration(ms) == text
+def test_human_duration(ms, text):
+    assert human_duration(ms) == text
 
 
 def test_rows_are_read_through_the_configured_alias(admin_client, store, settings):

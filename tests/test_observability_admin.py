@@ -11,7 +11,7 @@ from django.contrib.auth.models import Permission, User
 from django.contrib.messages import get_messages
 from django.urls import reverse
 
-from cairnq_django.admin_dashboard import MINUTE_MS, chart_svg, throughput
+from cairnq_django.admin.views.dashboard import MINUTE_MS, chart_svg, throughput
 from cairnq_django.models import Task, WorkerRecord
 from cairnq_django.observability.overview import database_now_ms
 

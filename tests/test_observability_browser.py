@@ -11,7 +11,7 @@ import pytest
 
 from cairnq_django import enqueue, get
 from cairnq_django.store import get_store
-from cairnq_django.admin_dashboard import MINUTE_MS
+from cairnq_django.admin.views.dashboard import MINUTE_MS
 from cairnq_django.models import Task, WorkerRecord
 from cairnq_django.observability.overview import database_now_ms
 from tests.workerutil import WorkerProcess, wait_for

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from django.db import connections
 from django.db.utils import Error as DatabaseError
 
-from ..admin_views import format_duration
+from ..admin.display import human_duration as format_duration
 from ..store import get_store
 from .overview import Overview, overview
 

@@ -9,13 +9,17 @@ an admin log entry.
 
 from __future__ import annotations
 
+from datetime import datetime
+from typing import Any
+
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
-from django.http import HttpResponseNotAllowed, HttpResponseRedirect
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, reverse
 from django.utils.translation import gettext as _
 
+from ..admin.permissions import require_view_permission
 from ..conf import cairnq_settings
 from . import state
 from .models import ScheduleState
@@ -31,7 +35,7 @@ ACTIONS = {
 }
 
 
-def _when(moment) -> str:
+def _when(moment: datetime | None) -> str:
     """A time in the schedule's own zone, as the command prints it (not the site's zone)."""
     return moment.strftime("%Y-%m-%d %H:%M:%S %Z") if moment is not None else "-"
 
@@ -40,25 +44,30 @@ def _when(moment) -> str:
 class ScheduleAdmin(admin.ModelAdmin):
     """One page, not a model list: the state table alone does not say what is scheduled."""
 
-    def has_add_permission(self, request):
+    def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
-    def has_change_permission(self, request, obj=None):
+    def has_change_permission(
+        self, request: HttpRequest, obj: ScheduleState | None = None
+    ) -> bool:
         return False
 
-    def has_delete_permission(self, request, obj=None):
+    def has_delete_permission(
+        self, request: HttpRequest, obj: ScheduleState | None = None
+    ) -> bool:
         return False
 
-    def can(self, request, action: str) -> bool:
+    def can(self, request: HttpRequest, action: str) -> bool:
         return request.user.has_perm(f"{self.opts.app_label}.{ACTIONS[action]}")
 
     @property
     def using(self) -> str:
         return cairnq_settings.DATABASE
 
-    def changelist_view(self, request, extra_context=None):
-        if not self.has_view_permission(request):
-            raise PermissionDenied
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        require_view_permission(self, request)
         if request.method == "POST":
             return self._act(request)
         if request.method not in ("GET", "HEAD"):
@@ -77,7 +86,7 @@ class ScheduleAdmin(admin.ModelAdmin):
             request, "admin/cairnq_django/schedulestate/change_list.html", context
         )
 
-    def _row(self, view: ScheduleView) -> dict:
+    def _row(self, view: ScheduleView) -> dict[str, Any]:
         row = view.state
         last_url = None
         if row is not None and row.last_task_id:
@@ -99,7 +108,7 @@ class ScheduleAdmin(admin.ModelAdmin):
             ),
         }
 
-    def _act(self, request):
+    def _act(self, request: HttpRequest) -> HttpResponseRedirect:
         action, name = request.POST.get("action"), request.POST.get("schedule", "")
         back = HttpResponseRedirect(request.path)
         if action not in ACTIONS:

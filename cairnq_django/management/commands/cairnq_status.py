@@ -7,7 +7,7 @@ import json
 from django.core.management.base import BaseCommand, CommandError
 from django.db.utils import Error as DatabaseError
 
-from cairnq_django.admin_views import format_duration
+from cairnq_django.admin.display import human_duration as format_duration
 from cairnq_django.conf import cairnq_settings
 from cairnq_django.observability.overview import Overview, overview
 from cairnq_django.records import STATUSES

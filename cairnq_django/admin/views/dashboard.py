@@ -6,21 +6,27 @@ reloads itself every REFRESH_S seconds.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
-from django.core.exceptions import PermissionDenied
 from django.db.models import Count, F, Value
+from django.http import HttpRequest
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext as _
-from django.views import View
 
-from .admin_views import format_duration
-from .models import Task
-from .observability.overview import Overview, overview
-from .records import STATUSES, TERMINAL_STATUSES
+from ...models import Task
+from ...observability.overview import Overview, overview
+from ...records import STATUSES, TERMINAL_STATUSES
+from ..display import human_duration
+from ..permissions import require_view_permission
+from . import TaskAdminView
+
+if TYPE_CHECKING:
+    from ..tasks import TaskAdmin
 
 MINUTE_MS = 60_000
 MINUTES = 60
@@ -114,7 +120,7 @@ def chart_svg(data: Throughput, *, width: int = 720, height: int = 220) -> SafeS
     )
 
 
-def _nice_steps():
+def _nice_steps() -> Iterator[int]:
     magnitude = 1
     while True:
         for step in (1, 2, 5):
@@ -122,21 +128,18 @@ def _nice_steps():
         magnitude *= 10
 
 
-def _x_labels(minutes: int):
+def _x_labels(minutes: int) -> Iterator[tuple[int, str]]:
     for i in range(0, minutes, 10):
         yield i, f"-{minutes - i} min"
     yield minutes - 1, _("now")
 
 
-class DashboardView(View):
+class DashboardView(TaskAdminView):
     """Render the dashboard for users who may view tasks."""
 
-    model_admin = None
-
-    def get(self, request):
+    def get(self, request: HttpRequest) -> TemplateResponse:
         model_admin = self.model_admin
-        if not model_admin.has_view_permission(request):
-            raise PermissionDenied
+        require_view_permission(model_admin, request)
         opts = model_admin.model._meta
         view = overview(model_admin.using)
         data = throughput(model_admin.using, view.now_ms)
@@ -161,7 +164,7 @@ class DashboardView(View):
         )
 
 
-def _queue_rows(model_admin, view: Overview) -> list[dict]:
+def _queue_rows(model_admin: TaskAdmin, view: Overview) -> list[dict[str, Any]]:
     link = model_admin.changelist_url
     return [
         {
@@ -169,7 +172,7 @@ def _queue_rows(model_admin, view: Overview) -> list[dict]:
             "url": link(queue=q.queue),
             "cells": [(q.counts[s], link(queue=q.queue, status__exact=s)) for s in STATUSES],
             "oldest_due": (
-                None if q.oldest_due_age_ms is None else format_duration(q.oldest_due_age_ms)
+                None if q.oldest_due_age_ms is None else human_duration(q.oldest_due_age_ms)
             ),
             "workers": len(view.live_workers_for(q.queue)),
             "unserved": q.oldest_due_age_ms is not None and not view.live_workers_for(q.queue),
@@ -178,7 +181,7 @@ def _queue_rows(model_admin, view: Overview) -> list[dict]:
     ]
 
 
-def _worker_rows(model_admin, view: Overview) -> list[dict]:
+def _worker_rows(model_admin: TaskAdmin, view: Overview) -> list[dict[str, Any]]:
     opts = model_admin.opts
     return [
         {
@@ -189,8 +192,8 @@ def _worker_rows(model_admin, view: Overview) -> list[dict]:
             "concurrency": w.record.concurrency,
             "version": w.record.version,
             "live": w.live,
-            "seen_ago": format_duration(w.seen_ago_ms),
-            "up_for": format_duration(max(0, view.now_ms - w.record.started_at_ms)),
+            "seen_ago": human_duration(w.seen_ago_ms),
+            "up_for": human_duration(max(0, view.now_ms - w.record.started_at_ms)),
             "done": w.record.tasks_done,
             "running": [
                 {

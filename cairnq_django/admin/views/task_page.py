@@ -8,25 +8,31 @@ once the task leaves `running`.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from django.contrib import messages
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.contrib.admin.utils import quote, unquote
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpResponseRedirect, JsonResponse
-from django.urls import path, reverse
+from django.http import Http404, HttpRequest, HttpResponseRedirect, JsonResponse
+from django.urls import URLPattern, path, reverse
 from django.utils.translation import gettext as _
-from django.views import View
 
-from .admin_actions import RETRYABLE_STATUSES
-from .models import Task
-from .records import LIVE_STATUSES
-from .store import get_store
-from .store.admin_reads import task_message
+from ...models import Task
+from ...records import LIVE_STATUSES
+from ...store import get_store
+from ...store.admin_reads import task_message
+from ..actions import RETRYABLE_STATUSES
+from ..permissions import require_view_permission
+from . import TaskAdminView
+
+if TYPE_CHECKING:
+    from ..tasks import TaskAdmin
 
 PROGRESS_POLL_MS = 1000
 
 
-def _task_values(model_admin, object_id: str, *fields: str) -> dict:
+def _task_values(model_admin: TaskAdmin, object_id: str, *fields: str) -> dict[str, Any]:
     """The task's `fields`, or 404; `object_id` is already unquoted."""
     if "\x00" in object_id:
         raise Http404  # PostgreSQL refuses NUL in any text it compares
@@ -36,7 +42,7 @@ def _task_values(model_admin, object_id: str, *fields: str) -> dict:
     return row
 
 
-def controls(model_admin, request, task) -> dict:
+def controls(model_admin: TaskAdmin, request: HttpRequest, task: Task) -> dict[str, Any]:
     """What the task page offers: the buttons this user may press for this status."""
     status = task.status
     can_cancel = (
@@ -55,8 +61,8 @@ def controls(model_admin, request, task) -> dict:
     }
 
 
-class _TaskView(View):
-    model_admin = None
+class _TaskView(TaskAdminView):
+    """A view of one task, named by its quoted id in the URL."""
 
     def change_url(self, object_id: str) -> str:
         opts = self.model_admin.opts
@@ -64,7 +70,7 @@ class _TaskView(View):
             f"admin:{opts.app_label}_{opts.model_name}_change", args=[quote(object_id)]
         )
 
-    def log(self, request, task, message: str) -> None:
+    def log(self, request: HttpRequest, task: Any, message: str) -> None:
         LogEntry.objects.log_actions(
             user_id=request.user.pk, queryset=[Task(id=task.id, name=task.name)],
             action_flag=CHANGE, change_message=message,
@@ -74,7 +80,7 @@ class _TaskView(View):
 class CancelView(_TaskView):
     http_method_names = ["post"]
 
-    def post(self, request, object_id):
+    def post(self, request: HttpRequest, object_id: str) -> HttpResponseRedirect:
         object_id = unquote(object_id)
         if not self.model_admin.has_cancel_permission(request):
             raise PermissionDenied
@@ -97,7 +103,7 @@ class CancelView(_TaskView):
 class RetryView(_TaskView):
     http_method_names = ["post"]
 
-    def post(self, request, object_id):
+    def post(self, request: HttpRequest, object_id: str) -> HttpResponseRedirect:
         object_id = unquote(object_id)
         if not self.model_admin.has_retry_permission(request):
             raise PermissionDenied
@@ -120,10 +126,9 @@ class ProgressView(_TaskView):
 
     http_method_names = ["get"]
 
-    def get(self, request, object_id):
+    def get(self, request: HttpRequest, object_id: str) -> JsonResponse:
         object_id = unquote(object_id)
-        if not self.model_admin.has_view_permission(request):
-            raise PermissionDenied
+        require_view_permission(self.model_admin, request)
         row = _task_values(
             self.model_admin, object_id, "status", "progress", "cancel_requested_at_ms"
         )
@@ -135,7 +140,7 @@ class ProgressView(_TaskView):
         })
 
 
-def urls(model_admin) -> list:
+def urls(model_admin: TaskAdmin) -> list[URLPattern]:
     """The per-task URLs, named admin:<app>_<model>_cancel / _retry / _progress."""
     opts = model_admin.opts
     wrap = model_admin.admin_site.admin_view

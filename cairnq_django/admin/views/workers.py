@@ -4,20 +4,21 @@ from __future__ import annotations
 
 from django.contrib import admin
 from django.contrib.admin.utils import quote
-from django.db.models import Value
+from django.db.models import QuerySet, Value
+from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext_lazy as _
 
-from .admin_views import format_duration, format_time
-from .conf import cairnq_settings
-from .models import Task, WorkerRecord
-from .observability.overview import database_now_ms
+from ...conf import cairnq_settings
+from ...models import Task, WorkerRecord
+from ...observability.overview import database_now_ms
+from ..display import format_time, human_duration
 
 RUNNING_SHOWN = 50
 
 
-def worker_link(worker_id: str | None):
+def worker_link(worker_id: str | None) -> str:
     """The worker id, linked to its row in the workers table while it has one."""
     if not worker_id:
         return "-"
@@ -30,6 +31,8 @@ def worker_link(worker_id: str | None):
 
 @admin.register(WorkerRecord)
 class WorkerAdmin(admin.ModelAdmin):
+    """The workers table: each worker's row with its liveness, read-only."""
+
     list_display = (
         "id", "host", "pid", "queue_list", "concurrency", "state", "last_seen", "started",
         "tasks_running", "tasks_done", "version",
@@ -45,47 +48,47 @@ class WorkerAdmin(admin.ModelAdmin):
     def using(self) -> str:
         return cairnq_settings.DATABASE
 
-    def get_queryset(self, request):
+    def get_queryset(self, request: HttpRequest) -> QuerySet[WorkerRecord]:
         # One clock reading per request, on every row: liveness is judged
         # against the queue's clock, not this web server's.
         now = database_now_ms(self.using)
         return super().get_queryset(request).using(self.using).annotate(cq_now=Value(now))
 
-    def has_add_permission(self, request):
+    def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
-    def has_change_permission(self, request, obj=None):
+    def has_change_permission(self, request: HttpRequest, obj: WorkerRecord | None = None) -> bool:
         return False
 
-    def has_delete_permission(self, request, obj=None):
+    def has_delete_permission(self, request: HttpRequest, obj: WorkerRecord | None = None) -> bool:
         return False  # a worker removes its own row; a gone one is forgotten after an hour
 
     @admin.display(description=_("queues"))
-    def queue_list(self, worker):
+    def queue_list(self, worker: WorkerRecord) -> str:
         return ", ".join(worker.queues)
 
     @admin.display(description=_("task names"))
-    def names_list(self, worker):
+    def names_list(self, worker: WorkerRecord) -> str:
         return ", ".join(worker.names) or "-"
 
     @admin.display(description=_("state"))
-    def state(self, worker):
+    def state(self, worker: WorkerRecord) -> str:
         if worker.is_live(worker.cq_now):
             return format_html('<span class="cq-status cq-status-succeeded">{}</span>', _("live"))
         return format_html('<span class="cq-status cq-status-canceled">{}</span>', _("gone"))
 
     @admin.display(description=_("last seen"))
-    def last_seen(self, worker):
+    def last_seen(self, worker: WorkerRecord) -> str:
         return _("%(ago)s ago") % {
-            "ago": format_duration(max(0, worker.cq_now - worker.last_seen_ms))
+            "ago": human_duration(max(0, worker.cq_now - worker.last_seen_ms))
         }
 
     @admin.display(description=_("started"))
-    def started(self, worker):
+    def started(self, worker: WorkerRecord) -> str:
         return format_time(worker.started_at_ms)
 
     @admin.display(description=_("tasks it holds"))
-    def running_tasks(self, worker):
+    def running_tasks(self, worker: WorkerRecord) -> str:
         held = list(
             Task.objects.using(self.using)
             .filter(status="running", worker_id=worker.pk)
@@ -106,8 +109,8 @@ class WorkerAdmin(admin.ModelAdmin):
         )
 
     @admin.display(description=_("report interval"))
-    def interval(self, worker):
-        return format_duration(worker.interval_ms)
+    def interval(self, worker: WorkerRecord) -> str:
+        return human_duration(worker.interval_ms)
 
     class Media:
         css = {"all": ("cairnq_django/admin.css",)}

@@ -8,21 +8,29 @@ an admin LogEntry for every task it changed.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.contrib.admin.models import CHANGE, DELETION, LogEntry
+from django.db.models import QuerySet
+from django.http import HttpRequest
 from django.template.response import TemplateResponse
 from django.utils.translation import gettext as _, gettext_lazy, ngettext
 
-from .models import Task
-from .records import LIVE_STATUSES, TERMINAL_STATUSES
-from .store import get_store
+from ..models import Task
+from ..records import LIVE_STATUSES, TERMINAL_STATUSES
+from ..store import get_store
+
+if TYPE_CHECKING:
+    from .tasks import TaskAdmin
 
 RETRYABLE_STATUSES = ("failed", "canceled")
 PURGE_SAMPLE = 20
 
 
-def _log(request, tasks, flag: int, message: str) -> None:
+def _log(request: HttpRequest, tasks: Iterable[Any], flag: int, message: str) -> None:
     """Write one LogEntry per task; `tasks` are records or unsaved Tasks (id and name)."""
     rows = [Task(id=task.id, name=task.name) for task in tasks]
     if rows:
@@ -31,21 +39,24 @@ def _log(request, tasks, flag: int, message: str) -> None:
         )
 
 
-def _ids(queryset, statuses) -> list[str]:
+def _ids(queryset: QuerySet[Task], statuses: Sequence[str]) -> list[str]:
     return list(queryset.filter(status__in=statuses).values_list("id", flat=True))
 
 
-def _report_skipped(modeladmin, request, skipped: int, why: str) -> None:
+def _report_skipped(
+    modeladmin: TaskAdmin, request: HttpRequest, skipped: int, why: str
+) -> None:
     if skipped:
         modeladmin.message_user(request, why % {"count": skipped}, messages.WARNING)
 
 
 @admin.action(permissions=["cancel"], description=gettext_lazy("Cancel selected tasks"))
-def cancel_tasks(modeladmin, request, queryset):
+def cancel_tasks(modeladmin: TaskAdmin, request: HttpRequest, queryset: QuerySet[Task]) -> None:
     """Cancel queued tasks and ask running ones to stop."""
     store = get_store(modeladmin.using)
     selected = queryset.count()
-    canceled, requested = [], []
+    canceled: list[Any] = []
+    requested: list[Any] = []
     for task_id in _ids(queryset, LIVE_STATUSES):
         task = store.cancel(task_id)
         if task is None:
@@ -81,10 +92,12 @@ def cancel_tasks(modeladmin, request, queryset):
     )
 
 
-def _retry(modeladmin, request, queryset, *, reset_attempt: bool) -> None:
+def _retry(
+    modeladmin: TaskAdmin, request: HttpRequest, queryset: QuerySet[Task], *, reset_attempt: bool
+) -> None:
     store = get_store(modeladmin.using)
     selected = queryset.count()
-    retried = []
+    retried: list[Any] = []
     for task_id in _ids(queryset, RETRYABLE_STATUSES):
         task = store.retry(task_id, reset_attempt=reset_attempt)
         if task is not None:
@@ -117,7 +130,7 @@ def _retry(modeladmin, request, queryset, *, reset_attempt: bool) -> None:
 @admin.action(
     permissions=["retry"], description=gettext_lazy("Retry selected failed or canceled tasks")
 )
-def retry_tasks(modeladmin, request, queryset):
+def retry_tasks(modeladmin: TaskAdmin, request: HttpRequest, queryset: QuerySet[Task]) -> None:
     """Queue failed and canceled tasks again, keeping their attempt count."""
     _retry(modeladmin, request, queryset, reset_attempt=False)
 
@@ -126,13 +139,17 @@ def retry_tasks(modeladmin, request, queryset):
     permissions=["retry"],
     description=gettext_lazy("Retry selected failed or canceled tasks, resetting attempts"),
 )
-def retry_tasks_reset(modeladmin, request, queryset):
+def retry_tasks_reset(
+    modeladmin: TaskAdmin, request: HttpRequest, queryset: QuerySet[Task]
+) -> None:
     """Queue failed and canceled tasks again with attempt reset to 0."""
     _retry(modeladmin, request, queryset, reset_attempt=True)
 
 
 @admin.action(permissions=["purge"], description=gettext_lazy("Purge selected finished tasks"))
-def purge_tasks(modeladmin, request, queryset):
+def purge_tasks(
+    modeladmin: TaskAdmin, request: HttpRequest, queryset: QuerySet[Task]
+) -> TemplateResponse | None:
     """Delete the finished tasks of the selection after a confirmation page."""
     finished = queryset.filter(status__in=TERMINAL_STATUSES)
     if request.POST.get("post") == "yes":

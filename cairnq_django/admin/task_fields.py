@@ -1,0 +1,224 @@
+"""The task page's read-only fields: times, family links, keys and the raw free-text columns.
+
+Rows come from foreign writers too, so the page reads payload, metadata,
+result, error and message raw (see store.admin_reads.raw_column) and shows
+what does not decode as escaped text with a note.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.core.exceptions import ValidationError
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.urls import reverse
+from django.utils.html import format_html, format_html_join
+from django.utils.http import urlencode
+from django.utils.translation import gettext_lazy as _
+
+from .. import compat, jsoncodec
+from ..conf import cairnq_settings
+from ..models import Task, TaskKey
+from ..store.admin_reads import raw_column
+from ..store.dialects import RAW_TEXT_COLUMNS
+from .display import decode_raw, format_time, json_block
+from .views.workers import worker_link
+
+CHILDREN_SHOWN = 20
+
+
+def _raw_attr(column: str) -> str:
+    return f"cq_raw_{column}"
+
+
+class TaskPageAdmin(admin.ModelAdmin):
+    """The part of TaskAdmin that shows one task: its fields, read without trusting the row."""
+
+    @property
+    def using(self) -> str:
+        return cairnq_settings.DATABASE
+
+    def changelist_url(self, **params: str) -> str:
+        opts = self.opts
+        url = reverse(f"admin:{opts.app_label}_{opts.model_name}_changelist")
+        return f"{url}?{urlencode(params)}" if params else url
+
+    def _task_link(self, task_id: str | None) -> str:
+        if not task_id:
+            return "-"
+        opts = self.opts
+        url = reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[task_id])
+        return format_html('<a href="{}">{}</a>', url, task_id)
+
+    # ------------------------------------------------------- raw free text
+    def _with_raw_columns(self, queryset: QuerySet[Task]) -> QuerySet[Task]:
+        return queryset.annotate(
+            **{_raw_attr(column): raw_column(column, self.using) for column in RAW_TEXT_COLUMNS}
+        )
+
+    def get_object(
+        self, request: HttpRequest, object_id: str, from_field: str | None = None
+    ) -> Task | None:
+        """The task with its free-text columns read raw; None for an id no task can have."""
+        if "\x00" in object_id:
+            # PostgreSQL refuses NUL in any text it is asked to compare.
+            return None
+        field = self.opts.pk if from_field is None else self.opts.get_field(from_field)
+        queryset = self._with_raw_columns(self.get_queryset(request))
+        try:
+            task: Task = queryset.get(**{field.name: field.to_python(object_id)})
+        except (Task.DoesNotExist, ValidationError, ValueError):
+            return None
+        return task
+
+    def _raw(self, task: Task, column: str) -> Any:
+        """A free-text column of `task` as raw_column reads it (fetched if get_object did not)."""
+        attr = _raw_attr(column)
+        if not hasattr(task, attr):
+            names = [_raw_attr(c) for c in RAW_TEXT_COLUMNS]
+            queryset = self._with_raw_columns(Task.objects.using(self.using).filter(pk=task.pk))
+            values = queryset.values(*names).first() or {}
+            for name in names:
+                setattr(task, name, values.get(name))
+        return getattr(task, attr)
+
+    # ---------------------------------------------------------- the layout
+    def get_fieldsets(self, request: HttpRequest, obj: Task | None = None) -> Any:
+        fieldsets = super().get_fieldsets(request, obj)
+        if obj is None or self._framework_call(obj) is None:
+            return fieldsets
+        # A Tasks framework task: its call, readably, above the raw payload.
+        return [
+            (title, {**options, "fields": ("framework_call", *options["fields"])})
+            if "payload_json" in options["fields"] else (title, options)
+            for title, options in fieldsets
+        ]
+
+    def _framework_call(self, task: Task) -> str | None:
+        if not compat.AVAILABLE:
+            return None
+        text, note = decode_raw(self._raw(task, "payload"))
+        if text is None or note is not None:
+            return None
+        payload = jsoncodec.loads(text)  # never raises: a poison row stays readable
+        if isinstance(payload, jsoncodec.Undecodable):
+            return None
+        from ..backends.results import describe_call
+
+        call: str | None = describe_call(task.name, payload)
+        return call
+
+    # -------------------------------------------------------------- fields
+    @admin.display(description=_("keys"))
+    def keys_list(self, task: Task) -> str:
+        return ", ".join(sorted(self._keys_of(task))) or "-"
+
+    def _keys_of(self, task: Task) -> list[str]:
+        return list(
+            TaskKey.objects.using(self.using).filter(task_id=task.pk).values_list("key", flat=True)
+        )
+
+    @admin.display(description=_("created"))
+    def created_at(self, task: Task) -> str:
+        return format_time(task.created_at_ms)
+
+    @admin.display(description=_("run at"))
+    def run_at(self, task: Task) -> str:
+        return format_time(task.run_at_ms)
+
+    @admin.display(description=_("updated"))
+    def updated(self, task: Task) -> str:
+        return format_time(task.updated_at_ms)
+
+    @admin.display(description=_("lease until"))
+    def lease_until(self, task: Task) -> str:
+        return format_time(task.lease_until_ms)
+
+    @admin.display(description=_("cancel requested"))
+    def cancel_requested_at(self, task: Task) -> str:
+        return format_time(task.cancel_requested_at_ms)
+
+    @admin.display(description=_("completed"))
+    def completed(self, task: Task) -> str:
+        return format_time(task.completed_at_ms)
+
+    @admin.display(description=_("worker id"))
+    def worker_link(self, task: Task) -> str:
+        return worker_link(task.worker_id)
+
+    @admin.display(description=_("parent"))
+    def parent_link(self, task: Task) -> str:
+        return self._task_link(task.parent_id)
+
+    @admin.display(description=_("root"))
+    def root_link(self, task: Task) -> str:
+        if not task.root_id:
+            return "-"
+        tree = self.changelist_url(root_id=task.root_id)
+        if task.root_id == task.pk:
+            return format_html('{} (<a href="{}">{}</a>)', _("this task"), tree, _("whole tree"))
+        return format_html(
+            '{} (<a href="{}">{}</a>)', self._task_link(task.root_id), tree, _("whole tree")
+        )
+
+    @admin.display(description=_("children"))
+    def children(self, task: Task) -> str:
+        # Children share the parent's root, so the root index finds them.
+        rows = list(
+            Task.objects.using(self.using)
+            .filter(root_id=task.root_id or task.pk, parent_id=task.pk)
+            .order_by("-id")
+            .values_list("id", "name", "status")[: CHILDREN_SHOWN + 1]
+        )
+        if not rows:
+            return "-"
+        items = format_html_join(
+            "", "<li>{} {} <span class='cq-status cq-status-{}'>{}</span></li>",
+            ((self._task_link(i), n, s, s) for i, n, s in rows[:CHILDREN_SHOWN]),
+        )
+        more: str = ""
+        if len(rows) > CHILDREN_SHOWN:
+            more = format_html(
+                '<li><a href="{}">{}</a></li>',
+                self.changelist_url(root_id=task.root_id or task.pk, parent_id=task.pk),
+                _("all children"),
+            )
+        return format_html('<ul class="cq-children">{}{}</ul>', items, more)
+
+    @admin.display(description=_("correlation id"))
+    def correlation_link(self, task: Task) -> str:
+        if not task.correlation_id:
+            return "-"
+        return format_html(
+            '<a href="{}">{}</a>',
+            self.changelist_url(correlation_id=task.correlation_id),
+            task.correlation_id,
+        )
+
+    @admin.display(description=_("message"))
+    def message_text(self, task: Task) -> str:
+        text, _note = decode_raw(self._raw(task, "message"))
+        return "-" if text is None else text
+
+    @admin.display(description=_("Django task"))
+    def framework_call(self, task: Task) -> str:
+        call = self._framework_call(task)
+        return "-" if call is None else format_html("<code>{}</code>", call)
+
+    @admin.display(description=_("payload"))
+    def payload_json(self, task: Task) -> str:
+        return json_block(self._raw(task, "payload"))
+
+    @admin.display(description=_("metadata"))
+    def metadata_json(self, task: Task) -> str:
+        return json_block(self._raw(task, "metadata"))
+
+    @admin.display(description=_("result"))
+    def result_json(self, task: Task) -> str:
+        return json_block(self._raw(task, "result"))
+
+    @admin.display(description=_("error"))
+    def error_json(self, task: Task) -> str:
+        return json_block(self._raw(task, "error"))

@@ -1,0 +1,264 @@
+"""The Django admin for CairnQ tasks: browse, inspect, cancel, retry and purge.
+
+The admin only presents. Every state change goes through the store (see
+actions.py and views/task_page.py), and every query is shaped for a table of
+millions of rows: the list is ordered newest first along an index (see
+store.admin_reads.newest_first_ordering), page counts are bounded (see
+changelist.BoundedCountPaginator), filter choices come from index skip-scans
+(see filters.py), search is by exact value on indexed columns, and the query
+string may carry only the filters the admin offers (see TaskAdmin.url_lookups).
+
+Rows come from foreign writers too, so nothing here trusts a JSON column to
+decode: the list never reads payload, metadata, result, error or message, and
+the task page reads them raw (see task_fields.py).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.contrib import admin
+from django.contrib.auth import get_permission_codename
+from django.core.exceptions import BadRequest
+from django.db.models import Q, QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.urls import URLPattern, URLResolver, path
+from django.utils.html import format_html
+from django.utils.translation import gettext_lazy as _
+
+from ..ids import now_ms
+from ..models import Task, TaskKey
+from ..records import TERMINAL_STATUSES
+from ..store.admin_reads import newest_first_ordering
+from ..store.dialects import RAW_TEXT_COLUMNS
+from .actions import ACTIONS
+from .changelist import BoundedCountPaginator, TaskChangeList
+from .display import human_duration, ms_to_datetime
+from .filters import NameFilter, QueueFilter
+from .task_fields import TaskPageAdmin
+from .views import task_page
+from .views.dashboard import DashboardView
+from .views.stats import StatsView
+
+
+@admin.register(Task)
+class TaskAdmin(TaskPageAdmin):
+    """The task list and task page; read-only except through the actions and buttons."""
+
+    list_display = (
+        "id",
+        "name",
+        "queue",
+        "status_badge",
+        "attempts",
+        "progress_bar",
+        "key",
+        "created",
+        "duration",
+    )
+    list_filter = (("status", admin.ChoicesFieldListFilter), QueueFilter, NameFilter)
+    # The only lookups the query string may carry: the list filters' own
+    # parameters, and the column lookups the task page links to (all indexed).
+    # Anything else is refused with a 400 (see lookup_allowed).
+    url_lookups = frozenset(
+        {"status__exact", "queue", "name", "root_id", "parent_id", "correlation_id"}
+    )
+    search_fields = ("id", "name", "keys__key", "correlation_id")
+    search_help_text = _("Exact task id, name, key or correlation id.")
+    # ULIDs sort by creation time, and the primary key index serves this
+    # order; the schema has no index on created_at_ms to sort by it.
+    ordering = ("-id",)
+    sortable_by = ("id", "created")
+    list_per_page = 100
+    list_max_show_all = 200
+    show_full_result_count = False
+    show_facets = admin.ShowFacets.NEVER
+    paginator = BoundedCountPaginator
+    actions = ACTIONS
+
+    readonly_fields = (
+        "id",
+        "name",
+        "queue",
+        "status_badge",
+        "keys_list",
+        "priority",
+        "attempts",
+        "worker_link",
+        "progress_bar",
+        "message_text",
+        "created_at",
+        "run_at",
+        "updated",
+        "lease_until",
+        "cancel_requested_at",
+        "completed",
+        "duration",
+        "parent_link",
+        "root_link",
+        "children",
+        "correlation_link",
+        "framework_call",
+        "payload_json",
+        "metadata_json",
+        "result_json",
+        "error_json",
+    )
+    fieldsets = (
+        (None, {"fields": (
+            "id", "name", "queue", "status_badge", "keys_list", "priority", "attempts",
+            "worker_link", "progress_bar", "message_text",
+        )}),
+        (_("Times"), {"fields": (
+            "created_at", "run_at", "updated", "lease_until", "cancel_requested_at", "completed",
+            "duration",
+        )}),
+        (_("Family"), {"fields": ("parent_link", "root_link", "children", "correlation_link")}),
+        (_("Payload"), {"fields": ("payload_json", "metadata_json")}),
+        (_("Outcome"), {"fields": ("result_json", "error_json")}),
+    )
+
+    class Media:
+        css = {"all": ("cairnq_django/admin.css",)}
+
+    # ------------------------------------------------------------- plumbing
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Task]:
+        # The list shows none of the free-text columns, and on SQLite merely
+        # selecting one that is not UTF-8 fails the page; get_object reads them.
+        return super().get_queryset(request).using(self.using).defer(*RAW_TEXT_COLUMNS)
+
+    def lookup_allowed(self, lookup: str, value: str, request: HttpRequest | None = None) -> bool:
+        return lookup in self.url_lookups
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        for data in (request.GET, request.POST):
+            for key, values in data.lists():
+                if "\x00" in key or any("\x00" in value for value in values):
+                    # No task column can hold NUL on PostgreSQL, and a query
+                    # that compares with one fails there.
+                    raise BadRequest("The task list's parameters may not contain NUL.")
+        return super().changelist_view(request, extra_context)
+
+    def get_ordering(self, request: HttpRequest) -> list[Any]:
+        return newest_first_ordering(self.using)
+
+    def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[TaskChangeList]:
+        return TaskChangeList
+
+    def get_urls(self) -> list[URLPattern | URLResolver]:
+        opts = self.opts
+        stats = self.admin_site.admin_view(StatsView.as_view(model_admin=self))
+        dashboard = self.admin_site.admin_view(DashboardView.as_view(model_admin=self))
+        return [
+            path("stats/", stats, name=f"{opts.app_label}_{opts.model_name}_stats"),
+            path("dashboard/", dashboard, name=f"{opts.app_label}_{opts.model_name}_dashboard"),
+            *task_page.urls(self),
+            *super().get_urls(),
+        ]
+
+    def render_change_form(
+        self,
+        request: HttpRequest,
+        context: dict[str, Any],
+        add: bool = False,
+        change: bool = False,
+        form_url: str = "",
+        obj: Task | None = None,
+    ) -> HttpResponse:
+        if obj is not None:
+            context.update(task_page.controls(self, request, obj))
+        return super().render_change_form(request, context, add, change, form_url, obj)
+
+    # ---------------------------------------------------------- permissions
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Task | None = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Task | None = None) -> bool:
+        # Rows leave only through the purge action, which keeps live tasks.
+        return False
+
+    def _has_task_permission(self, request: HttpRequest, action: str) -> bool:
+        codename = get_permission_codename(action, self.opts)
+        return request.user.has_perm(f"{self.opts.app_label}.{codename}")
+
+    def has_cancel_permission(self, request: HttpRequest) -> bool:
+        return self._has_task_permission(request, "cancel")
+
+    def has_retry_permission(self, request: HttpRequest) -> bool:
+        return self._has_task_permission(request, "retry")
+
+    def has_purge_permission(self, request: HttpRequest) -> bool:
+        return self._has_task_permission(request, "purge")
+
+    # ---------------------------------------------------------------- search
+    def get_search_results(
+        self, request: HttpRequest, queryset: QuerySet[Task], search_term: str
+    ) -> tuple[QuerySet[Task], bool]:
+        """Match the term exactly against id, name, correlation id or a key.
+
+        Exact matches are index lookups; a substring search would read every row.
+        """
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        keyed = list(
+            TaskKey.objects.using(self.using).filter(key=term).values_list("task_id", flat=True)
+        )
+        match = Q(id__in=[term, *keyed]) | Q(name=term) | Q(correlation_id=term)
+        return queryset.filter(match), False
+
+    # ------------------------------------------------- list and page columns
+    @admin.display(description=_("status"))
+    def status_badge(self, task: Task) -> str:
+        label = task.status
+        css = f"cq-status cq-status-{task.status}"
+        if task.status == "running" and task.cancel_requested_at_ms is not None:
+            label = _("running, cancel requested")
+            css += " cq-status-cancel-requested"
+        return format_html('<span class="{}">{}</span>', css, label)
+
+    @admin.display(description=_("attempt"))
+    def attempts(self, task: Task) -> str:
+        return f"{task.attempt}/{task.max_attempts}"
+
+    @admin.display(description=_("progress"))
+    def progress_bar(self, task: Task) -> str:
+        if task.status != "running" or task.progress is None:
+            return "-"
+        percent = round(task.progress * 100)
+        return format_html(
+            '<span class="cq-nowrap"><progress class="cq-progress" max="100" value="{}">'
+            "</progress> {}%</span>",
+            percent,
+            percent,
+        )
+
+    @admin.display(description=_("key"))
+    def key(self, task: Task) -> str:
+        keys = getattr(task, "cq_keys", None)
+        if keys is None:
+            keys = sorted(self._keys_of(task))
+        return ", ".join(keys) or "-"
+
+    @admin.display(description=_("created"), ordering="id")
+    def created(self, task: Task) -> datetime | None:
+        return ms_to_datetime(task.created_at_ms)
+
+    @admin.display(description=_("duration"))
+    def duration(self, task: Task) -> str:
+        """Enqueue to finish for finished tasks (the schema records no start time)."""
+        if task.completed_at_ms is None:
+            if task.status in TERMINAL_STATUSES:
+                return "-"
+            return format_html(
+                '<span class="cq-age" title="{}">{}</span>',
+                _("age so far"),
+                human_duration(max(0, now_ms() - task.created_at_ms)),
+            )
+        return human_duration(max(0, task.completed_at_ms - task.created_at_ms))
