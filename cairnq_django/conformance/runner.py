@@ -1,4 +1,4 @@
-"""Run CairnQ conformance scenarios against a Store.
+"""Run CairnQ conformance scenarios against a Store: loading, the ops, the steps.
 
 A scenario is JSON data: a list of steps, each one store operation or a
 control step (sleep, expect), with assertions on what came back. The runner
@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import inspect
 import json
-import re
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -21,7 +20,15 @@ from typing import Any
 
 from django.db import connections
 
+from ..records import (
+    DEFAULT_CONFLICT,
+    DEFAULT_LEASE_MS,
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_PRIORITY,
+    DEFAULT_QUEUE,
+)
 from ..store import Store
+from .assertions import ASSERTIONS, StepFailed, check, describe, resolve
 
 __all__ = [
     "ConformanceError",
@@ -37,28 +44,13 @@ __all__ = [
 # Child tables first: a key row points at its task.
 CAIRNQ_ROW_TABLES = ("cairnq_task_keys", "cairnq_tasks")
 
-ASSERTIONS = (
-    "equals",
-    "equalsRef",
-    "notEqualsRef",
-    "greaterThanRef",
-    "length",
-    "notNull",
-    "isNull",
-)
 STEP_KEYS = {"op", "args", "save", "expect", "expectError"}
 EXPECT_STEP_KEYS = {"op", "target", *ASSERTIONS}
 SCENARIO_KEYS = {"name", "description", "steps"}
 
-_REFERENCE = re.compile(r"^\$([A-Za-z_][A-Za-z0-9_]*)((?:\.[^.]+)*)$")
-
 
 class ConformanceError(Exception):
     """A scenario file or folder cannot be used as given."""
-
-
-class StepFailed(Exception):
-    """A step did not do what its scenario says."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -108,152 +100,16 @@ def load_scenarios(directory: str | Path) -> list[dict[str, Any]]:
     return [load_scenario(path) for path in scenario_files(directory)]
 
 
-# ---------------------------------------------------------------- references
-def _describe(value: Any) -> str:
-    if hasattr(value, "as_dict"):
-        value = value.as_dict()
-    elif hasattr(value, "__dataclass_fields__"):
-        value = {name: getattr(value, name) for name in value.__dataclass_fields__}
-    text = json.dumps(value, default=repr, ensure_ascii=False, sort_keys=True)
-    return text if len(text) <= 240 else text[:237] + "..."
-
-
-def field(value: Any, name: str | int) -> Any:
-    """Read one field of a result: a dict key, a list index or a record attribute.
-
-    A field of null is null and a dict's missing key is null (stats leaves out
-    the queues it has no rows for); a record's unknown field is an error, so a
-    misspelt field name cannot make isNull pass.
-    """
-    if value is None:
-        return None
-    if isinstance(value, dict):
-        return value.get(name)
-    if isinstance(value, (list, tuple)):
-        if isinstance(name, str) and not re.fullmatch(r"-?\d+", name):
-            raise StepFailed(f"Cannot read field {name!r} of a list; index it with a number.")
-        index = int(name)
-        if not -len(value) <= index < len(value):
-            raise StepFailed(f"Index {index} is out of range for a list of {len(value)}.")
-        return value[index]
-    if isinstance(name, str) and not name.startswith("_") and hasattr(value, name):
-        return getattr(value, name)
-    raise StepFailed(f"{type(value).__name__} has no field {name!r}.")
-
-
-def resolve(value: Any, saved: dict[str, Any]) -> Any:
-    """Replace every `$alias[.field...]` string inside value by what it refers to."""
-    if isinstance(value, dict):
-        return {key: resolve(item, saved) for key, item in value.items()}
-    if isinstance(value, list):
-        return [resolve(item, saved) for item in value]
-    if not isinstance(value, str) or not value.startswith("$"):
-        return value
-    match = _REFERENCE.match(value)
-    if match is None:
-        raise StepFailed(f"{value!r} is not a valid reference; write $alias or $alias.field.")
-    alias, path = match.group(1), match.group(2)
-    if alias not in saved:
-        raise StepFailed(f"Reference {value!r} names {alias!r}, which no earlier step saved.")
-    result = saved[alias]
-    for part in path.split(".")[1:]:
-        result = field(result, part)
-    return result
-
-
-# ---------------------------------------------------------------- comparison
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def same(actual: Any, expected: Any) -> bool:
-    """Compare like JSON does: true is not 1, 1 is 1.0, containers compare deeply."""
-    if isinstance(expected, bool) or isinstance(actual, bool):
-        return type(actual) is type(expected) and actual == expected
-    if _is_number(expected) or _is_number(actual):
-        return _is_number(actual) and _is_number(expected) and actual == expected
-    if isinstance(expected, dict):
-        return (
-            isinstance(actual, dict)
-            and actual.keys() == expected.keys()
-            and all(same(actual[key], expected[key]) for key in expected)
-        )
-    if isinstance(expected, (list, tuple)):
-        return (
-            isinstance(actual, (list, tuple))
-            and len(actual) == len(expected)
-            and all(same(a, e) for a, e in zip(actual, expected))
-        )
-    return type(actual) is type(expected) and actual == expected
-
-
-def _field_names(names: Any, assertion: str) -> list[str]:
-    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-        raise StepFailed(f"{assertion} takes a list of field names, got {names!r}.")
-    return names
-
-
-def check(value: Any, assertions: dict[str, Any], saved: dict[str, Any]) -> None:
-    """Raise StepFailed unless value meets every assertion."""
-    unknown = set(assertions) - set(ASSERTIONS)
-    if unknown:
-        raise StepFailed(
-            f"Unknown assertion {', '.join(sorted(unknown))}; use one of {', '.join(ASSERTIONS)}."
-        )
-    if "equals" in assertions:
-        expected = assertions["equals"]
-        if not isinstance(expected, dict):
-            raise StepFailed(f"equals takes an object of field values, got {expected!r}.")
-        for name, want in expected.items():
-            got = field(value, name)
-            if not same(got, want):
-                raise StepFailed(
-                    f"Expected {name} = {_describe(want)}, got {_describe(got)}"
-                    f" in {_describe(value)}."
-                )
-    if "equalsRef" in assertions:
-        want = resolve(assertions["equalsRef"], saved)
-        if not same(value, want):
-            raise StepFailed(f"Expected {_describe(want)}, got {_describe(value)}.")
-    if "notEqualsRef" in assertions:
-        other = resolve(assertions["notEqualsRef"], saved)
-        if same(value, other):
-            raise StepFailed(f"Expected a value other than {_describe(other)}.")
-    if "greaterThanRef" in assertions:
-        bound = resolve(assertions["greaterThanRef"], saved)
-        if not (_is_number(value) and _is_number(bound)):
-            raise StepFailed(
-                f"greaterThanRef compares numbers, got {_describe(value)} and {_describe(bound)}."
-            )
-        if not value > bound:
-            raise StepFailed(f"Expected a value greater than {bound}, got {value}.")
-    if "length" in assertions:
-        want = assertions["length"]
-        if not isinstance(value, (list, tuple, dict)):
-            raise StepFailed(f"Expected a list of length {want}, got {_describe(value)}.")
-        if len(value) != want:
-            raise StepFailed(
-                f"Expected length {want}, got {len(value)}: {_describe(value)}."
-            )
-    for name in _field_names(assertions.get("notNull", []), "notNull"):
-        if field(value, name) is None:
-            raise StepFailed(f"Expected {name} to be set, got null in {_describe(value)}.")
-    for name in _field_names(assertions.get("isNull", []), "isNull"):
-        got = field(value, name)
-        if got is not None:
-            raise StepFailed(f"Expected {name} to be null, got {_describe(got)}.")
-
-
 # ----------------------------------------------------------------------- ops
 def _submit(
     store: Store,
     name: str,
     payload: Any = None,
     key: str | None = None,
-    queue: str = "default",
-    conflict: str = "reuse",
-    max_attempts: int = 3,
-    priority: int = 0,
+    queue: str = DEFAULT_QUEUE,
+    conflict: str = DEFAULT_CONFLICT,
+    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    priority: int = DEFAULT_PRIORITY,
     metadata: dict | None = None,
     correlation_id: str | None = None,
     run_at_delay_ms: int = 0,
@@ -274,7 +130,7 @@ def _claim(
     store: Store,
     queues: list[str],
     worker_id: str,
-    lease_ms: int = 30000,
+    lease_ms: int = DEFAULT_LEASE_MS,
     limit: int = 1,
     names: list[str] | None = None,
 ):
@@ -283,7 +139,9 @@ def _claim(
     )
 
 
-def _heartbeat_batch(store: Store, ids: list[str], worker_id: str, lease_ms: int = 30000):
+def _heartbeat_batch(
+    store: Store, ids: list[str], worker_id: str, lease_ms: int = DEFAULT_LEASE_MS
+):
     held = store.heartbeat_batch(ids, worker_id, lease_ms)
     # The store answers a map; scenarios read the rows still held, in asked order.
     return [
@@ -325,7 +183,7 @@ OPS: dict[str, Callable[..., Any]] = {
     "stats": lambda store, queue=None: store.stats(queue),
     "queue_depth": lambda store, queue, max_depth: store.queue_depth(queue, max_depth),
     "claim": _claim,
-    "heartbeat": lambda store, id, worker_id, lease_ms=30000: store.heartbeat(
+    "heartbeat": lambda store, id, worker_id, lease_ms=DEFAULT_LEASE_MS: store.heartbeat(
         id, worker_id, lease_ms
     ),
     "heartbeat_batch": _heartbeat_batch,
@@ -396,7 +254,7 @@ def _run_step(store: Store, step: Any, saved: dict[str, Any]) -> None:
     else:
         if expected_error is not None:
             raise StepFailed(
-                f"{op} was expected to raise {expected_error} but returned {_describe(value)}."
+                f"{op} was expected to raise {expected_error} but returned {describe(value)}."
             )
     if "save" in step:
         if not isinstance(step["save"], str) or not step["save"]:
