@@ -15,6 +15,7 @@ from django.core.checks import Error, Warning
 from django.test import override_settings
 
 from cairnq_django.checks import check_database, check_settings
+from cairnq_django.retention import RetentionSweeper
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -78,6 +79,19 @@ def test_the_test_settings_pass():
 )
 def test_settings_checks(cairnq, expected):
     assert ids(run_checks(cairnq)) == expected
+
+
+@pytest.mark.parametrize("value", [True, 0, -1, 2.5, "3", 1, 500])
+def test_the_check_refuses_exactly_the_batch_sizes_the_sweeper_refuses(value):
+    """Both ask validators' one positive-integer test, so check and runtime cannot disagree."""
+    reported = ids(run_checks({"SWEEP_BATCH_SIZE": value})) == ["cairnq.E005"]
+    try:
+        RetentionSweeper(rules=1000, batch_size=value)
+    except ValueError:
+        refused = True
+    else:
+        refused = False
+    assert reported == refused
 
 
 def test_settings_must_be_a_dict():
