@@ -7,6 +7,7 @@ import pytest
 from django.db import connection
 
 from cairnq_django import TaskError, enqueue, get, signals
+from cairnq_django.management.commands.cairnq_worker import WorkerBesideSweeper
 from cairnq_django.worker import Registry, Worker
 from tests.storeutil import sql
 from tests.workerutil import wait_for
@@ -167,7 +168,8 @@ def test_worker_reconnects_after_its_connections_are_killed(live_store):
     assert not thread.is_alive()
 
 
-def test_sweep_runs_retention_beside_the_worker(live_store, settings):
+def test_the_commands_sweep_runs_retention_beside_the_worker(live_store, settings):
+    # cairnq_worker --sweep: the command, not the worker, starts the sweeper.
     settings.CAIRNQ = {"RETENTION": {"succeeded": 60_000}}
     old = live_store.submit("ip.old", {})
     [claimed] = live_store.claim(queues=["default"], worker_id="w-old", names=["ip.old"])
@@ -179,7 +181,7 @@ def test_sweep_runs_retention_beside_the_worker(live_store, settings):
     )
     reg = Registry()
     reg.register("ip.ok", lambda ctx, payload: 1)
-    worker = Worker(registry=reg, poll_ms=50, sweep=True)
+    worker = WorkerBesideSweeper(Worker(registry=reg, poll_ms=50))
     thread = threading.Thread(target=worker.run)
     thread.start()
     try:
@@ -188,6 +190,7 @@ def test_sweep_runs_retention_beside_the_worker(live_store, settings):
         worker.stop()
         thread.join(30)
     assert not thread.is_alive()
+    assert worker.sweeper is not None and worker.sweeper.stopped
 
 
 COLLECTED = []

@@ -1,6 +1,7 @@
 """The worker: handler registry, task context and the loop that runs them."""
 
 from .context import TaskContext
+from .options import WorkerOptions
 from .registry import Registration, Registry, autodiscover, register, registry, task
 from .runner import Worker
 
@@ -9,6 +10,7 @@ __all__ = [
     "Registry",
     "TaskContext",
     "Worker",
+    "WorkerOptions",
     "autodiscover",
     "register",
     "registry",

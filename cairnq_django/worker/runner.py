@@ -2,9 +2,8 @@
 
 The loop asks a read-only question first (is anything claimable?) and only
 then opens the one short write transaction that recovers expired leases and
-claims. No transaction is held while a handler runs. Names registered with a
-batch size or their own concurrency draw their own quota; all other names share
-one draw; the order of draws rotates between polls so no name starves.
+claims. No transaction is held while a handler runs. What each claim asks for
+is planned in planner.py; how the worker is configured is options.py.
 """
 
 from __future__ import annotations
@@ -18,29 +17,41 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Sequence
-from contextlib import nullcontext
-from dataclasses import dataclass
-from typing import Any
+from contextlib import AbstractContextManager, nullcontext
+from typing import TYPE_CHECKING, Any
 
 from django.db import connections
-from django.utils.module_loading import import_string
 
 from .. import signals
 from ..conf import cairnq_settings
 from ..errors import HeartbeatLate, ProtocolVersionMismatch
 from ..ids import ulid
-from ..records import TaskRecord
+from ..records import DEFAULT_QUEUE, TaskRecord
 from ..store import get_store
+from ..wakeup import Wakeup, get_wakeup
 from .connections import WorkerConnectionPolicy
 from .context import TaskContext
 from .envelopes import shutdown_envelope, timeout_envelope
 from .execution import Call, Execution
 from .heartbeat import Heartbeat
+from .options import WorkerOptions
+from .planner import (
+    Rotation,
+    any_draw_filled,
+    build_sources,
+    free_calls,
+    plan_draws,
+    split_calls,
+)
 from .poison import fail_undecodable
 from .pools import EventLoopThread, HandlerThreads
 from .registry import Registration, Registry, autodiscover
 from .registry import registry as default_registry
 from .settler import Settler
+
+if TYPE_CHECKING:
+    from ..observability.presence import Presence
+    from ..schedules.scheduler import Scheduler
 
 logger = logging.getLogger("cairnq_django.worker")
 
@@ -51,71 +62,39 @@ _DB_RETRY_MAX_S = 5.0
 _SLICE_S = 0.2
 
 
-@dataclass(frozen=True)
-class _Source:
-    """One draw: the names claimed together and the tasks each call takes."""
-
-    names: tuple[str, ...]
-    batch: int
-    concurrency: int | None
-
-
 class Worker:
-    """Run the registered handlers for tasks in `queues` until stopped."""
+    """Run the registered handlers for tasks in the configured queues until stopped.
+
+    `Worker(options)` takes a WorkerOptions; `Worker(concurrency=4, ...)` builds
+    one from settings with those overrides (WorkerOptions.from_settings).
+    `registry` defaults to the process-wide one, autodiscovered unless
+    `discover=False`.
+    """
 
     def __init__(
         self,
+        options: WorkerOptions | None = None,
         *,
-        queues: Sequence[str] | None = None,
-        names: Sequence[str] | None = None,
-        concurrency: int | None = None,
-        lease_ms: int | None = None,
-        poll_ms: int | None = None,
-        max_run_ms: int | None = None,
-        shutdown_timeout_ms: int | None = None,
-        retry_backoff_base_ms: int | None = None,
-        retry_backoff_cap_ms: int | None = None,
-        burst: bool = False,
-        using: str | None = None,
-        sweep: bool = False,
-        scheduler: bool = True,
         registry: Registry | None = None,
         discover: bool = True,
-        on_error: Any = None,
+        **overrides: Any,
     ) -> None:
+        if options is None:
+            options = WorkerOptions.from_settings(**overrides)
+        elif overrides:
+            raise TypeError("Pass a WorkerOptions or option overrides, not both.")
+        self.options = options
         if discover and registry is None:
             autodiscover()
         self.registry = registry or default_registry
-        self.using = using or cairnq_settings.DATABASE
+        self.using = options.using
         self.store = get_store(self.using)
-        self.concurrency = _positive("concurrency", concurrency or cairnq_settings.CONCURRENCY)
-        self.lease_ms = _positive("lease", lease_ms or cairnq_settings.LEASE)
-        self.poll_ms = _positive("poll", poll_ms or cairnq_settings.POLL_INTERVAL)
-        max_run = max_run_ms if max_run_ms is not None else cairnq_settings.MAX_RUN
-        self.max_run_ms = _positive("max-run", max_run) if max_run else None
-        shutdown = (
-            shutdown_timeout_ms if shutdown_timeout_ms is not None
-            else cairnq_settings.SHUTDOWN_TIMEOUT
-        )
-        self.shutdown_timeout_ms = max(0, int(shutdown or 0))
-        self.retry_backoff_base_ms = (
-            retry_backoff_base_ms if retry_backoff_base_ms is not None
-            else cairnq_settings.RETRY_BACKOFF_BASE
-        ) or 0
-        self.retry_backoff_cap_ms = (
-            retry_backoff_cap_ms if retry_backoff_cap_ms is not None
-            else cairnq_settings.RETRY_BACKOFF_CAP
-        ) or 0
-        self.burst = burst
-        self.sweep = sweep
         # Enqueue the occurrences of CAIRNQ['SCHEDULE'] (not in burst mode).
-        self.run_scheduler = scheduler and not burst
-        self.handlers = self._select_handlers(names)
-        self.queues = self._select_queues(queues)
+        self.run_scheduler = options.scheduler and not options.burst
+        self.handlers = self._select_handlers(options.names)
+        self.queues = self._select_queues(options.queues)
         self.worker_id = f"worker_{ulid()}"
-        self._on_error = self._load_on_error(on_error)
-        self._sources = self._build_sources()
-        self._rotation = 0
+        self._rotation = Rotation(build_sources(self.handlers))
         self._work_likely = False
 
         self._lock = threading.Lock()
@@ -124,11 +103,12 @@ class Worker:
         self._changed = threading.Event()
         self._stopping = False
         self._signals_seen = 0
-        # On SQLite the claim loop and the settler take turns at the write
-        # lock through this gate; SQLite's own busy handler would make them
-        # sleep for milliseconds. Postgres locks rows, so it needs none.
-        self._write_gate: Any = (
-            threading.Lock() if self.store.dialect.vendor == "sqlite" else nullcontext()
+        # Where the database takes one writer at a time (SQLite), the claim loop
+        # and the settler take turns at its write lock through this gate:
+        # SQLite's own busy handler would make them sleep for milliseconds.
+        # Row-locking databases need none.
+        self._write_gate: AbstractContextManager[Any] = (
+            threading.Lock() if self.store.dialect.serializes_writes else nullcontext()
         )
         self.settler = Settler(self.store, write_gate=self._write_gate)
         self.execution = Execution(
@@ -138,16 +118,23 @@ class Worker:
         self._threads: HandlerThreads | None = None
         self._loop_thread: EventLoopThread | None = None
         self._heartbeat: Heartbeat | None = None
-        self._sweeper: Any = None
-        self._sweeper_thread: threading.Thread | None = None
-        self._scheduler: Any = None
-        self._wakeup: Any = None
-        self._presence: Any = None
+        self._scheduler: Scheduler | None = None
+        # The alias's wakeup from _start() on; plain sleeps before, and after it fails.
+        self._wakeup: Wakeup = Wakeup()
+        self._presence: Presence | None = None
         self.tasks_started = 0
         self._connection_policy = WorkerConnectionPolicy()
 
+    @property
+    def concurrency(self) -> int:
+        return self.options.concurrency
+
+    @property
+    def shutdown_timeout_ms(self) -> int:
+        return self.options.shutdown_timeout_ms
+
     # ------------------------------------------------------------ configuration
-    def _select_handlers(self, names: Sequence[str] | None) -> dict[str, Registration]:
+    def _select_handlers(self, names: tuple[str, ...] | None) -> dict[str, Registration]:
         handlers = dict(self.registry.handlers)
         if names is None:
             return handlers
@@ -160,9 +147,9 @@ class Worker:
             )
         return {name: handlers[name] for name in names}
 
-    def _select_queues(self, queues: Sequence[str] | None) -> list[str]:
+    def _select_queues(self, queues: tuple[str, ...] | None) -> list[str]:
         if queues:
-            return list(dict.fromkeys(queues))
+            return list(queues)
         configured = cairnq_settings.QUEUES
         if isinstance(configured, str):
             configured = [configured]
@@ -171,24 +158,8 @@ class Worker:
         declared = [r.queue for r in self.handlers.values() if r.queue]
         from ..backends.worker import backend_queues
 
-        return list(dict.fromkeys([*configured, *declared, *backend_queues()])) or ["default"]
-
-    def _build_sources(self) -> list[_Source]:
-        sources, shared = [], []
-        for name, reg in sorted(self.handlers.items()):
-            if reg.draws_alone:
-                sources.append(_Source((name,), reg.batch or 1, reg.concurrency))
-            else:
-                shared.append(name)
-        if shared:
-            sources.append(_Source(tuple(shared), 1, None))
-        return sources
-
-    def _load_on_error(self, on_error: Any) -> Any:
-        hook = on_error if on_error is not None else cairnq_settings.ON_ERROR
-        if isinstance(hook, str):
-            return import_string(hook)
-        return hook
+        served = [*configured, *declared, *backend_queues()]
+        return list(dict.fromkeys(served)) or [DEFAULT_QUEUE]
 
     # ------------------------------------------------------------ reporting
     def report(self, exc: BaseException, **context: Any) -> None:
@@ -209,10 +180,10 @@ class Worker:
         self.execution._send(signals.heartbeat_late, error=late)
 
     def _call_on_error(self, exc: BaseException, context: dict[str, Any]) -> None:
-        if self._on_error is None:
+        if self.options.on_error is None:
             return
         try:
-            self._on_error(exc, dict(context))
+            self.options.on_error(exc, dict(context))
         except Exception:
             logger.exception("The CAIRNQ['ON_ERROR'] hook raised; ignoring it.")
 
@@ -262,6 +233,7 @@ class Worker:
             self._shutdown()
 
     def _start(self) -> None:
+        options = self.options
         self._connection_policy.apply()
         if not self.handlers:
             logger.warning(
@@ -273,31 +245,35 @@ class Worker:
             "concurrency %d; lease %d ms; poll %d ms; max-run %s; pid %d on %s.",
             self.worker_id, self.using, self.store.dialect.vendor,
             ", ".join(self.queues), ", ".join(sorted(self.handlers)) or "(none)",
-            self.concurrency, self.lease_ms, self.poll_ms,
-            f"{self.max_run_ms} ms" if self.max_run_ms else "none",
+            options.concurrency, options.lease_ms, options.poll_ms,
+            f"{options.max_run_ms} ms" if options.max_run_ms else "none",
             os.getpid(), socket.gethostname(),
         )
         self.settler.start()
         # A thread per running call plus one per call waiting on its settle.
-        self._threads = HandlerThreads(2 * self.concurrency)
+        self._threads = HandlerThreads(2 * options.concurrency)
         if any(not reg.is_async for reg in self.handlers.values()):
             self._threads.start()
         if any(reg.is_async for reg in self.handlers.values()):
-            self._loop_thread = EventLoopThread(2 * self.concurrency)
+            self._loop_thread = EventLoopThread(2 * options.concurrency)
             self._loop_thread.start()
         self._heartbeat = Heartbeat(
-            store=self.store, worker_id=self.worker_id, lease_ms=self.lease_ms,
+            store=self.store, worker_id=self.worker_id, lease_ms=options.lease_ms,
             in_flight=self._in_flight_contexts, report=self.report, on_tick=self._watchdog,
             on_late=self._report_late_heartbeat, committing=self.settler.committing,
         )
         self._heartbeat.start()
         self._start_presence()
-        if self.sweep:
-            self._start_sweeper()
         if self.run_scheduler:
             self._start_scheduler()
+        try:
+            self._wakeup = get_wakeup(self.using)
+        except Exception as exc:
+            self.report(exc, phase="wakeup")
 
     def _loop(self) -> None:
+        options = self.options
+        poll_s = options.poll_ms / 1000
         retry_s = _DB_RETRY_FIRST_S
         while not self._stopping:
             # Cleared before looking, so a call finishing after this point is seen.
@@ -306,14 +282,9 @@ class Worker:
                 busy = len(self._in_flight)
                 # The rest of _in_flight have returned and wait for their completion.
                 running = sum(not call.returned for call in self._in_flight.values())
-            # A call frees its slot when its handler returns, not when its
-            # completion is committed: the next claim then overlaps the
-            # settler's write, and both work in batches. Calls waiting to be
-            # settled are capped at `concurrency` too, so a slow database
-            # cannot make the worker hoard claimed tasks.
-            free = min(self.concurrency - running, 2 * self.concurrency - busy)
+            free = free_calls(options.concurrency, running, busy)
             if free <= 0:
-                self._wait_for_change(self.poll_ms / 1000)
+                self._wait_for_change(poll_s)
                 continue
             try:
                 claimed = self._poll(free)
@@ -331,7 +302,7 @@ class Worker:
                 continue
             retry_s = _DB_RETRY_FIRST_S
             if claimed:
-                if self._work_likely or self.burst:
+                if self._work_likely or options.burst:
                     continue
                 # The claim took all the work that was due. Asking again at
                 # once would find nothing and, worse, hold the GIL while the
@@ -339,7 +310,7 @@ class Worker:
                 # wakeup (or the poll interval) says when to look again.
                 self._idle()
                 continue
-            if self.burst:
+            if options.burst:
                 # `busy` was read before the probe: a call that ended after
                 # the probe may have queued a retry or children, so only an
                 # empty probe with nothing in flight before it means drained.
@@ -347,7 +318,7 @@ class Worker:
                     logger.info("Burst mode: nothing left to claim; stopping.")
                     return
                 # A running call may still enqueue children or retries.
-                self._wait_for_change(self.poll_ms / 1000)
+                self._wait_for_change(poll_s)
                 continue
             self._idle()
 
@@ -362,34 +333,27 @@ class Worker:
         likely, self._work_likely = self._work_likely, False
         if not likely and not self.store.has_claimable(queues=self.queues, names=names):
             return 0
-        start = self._rotation % len(self._sources)
-        self._rotation += 1
-        pending = self._sources[start:] + self._sources[:start]
+        pending = self._rotation.next_order()
         started = 0
         filled = False
         while free > 0 and pending:
-            draws, drawn, left = [], [], free
-            for source in pending:
-                quota = min(left, self._headroom(source))
-                if quota <= 0:
-                    continue
-                draws.append((list(source.names), quota * source.batch))
-                drawn.append(source)
-                left -= quota
+            with self._lock:
+                calls_by_name = dict(self._calls_by_name)
+            draws = plan_draws(
+                pending, free, concurrency=self.options.concurrency, calls_by_name=calls_by_name
+            )
             if not draws:
                 break
             with self._write_gate:
                 rows = self.store.claim(
-                    queues=self.queues, worker_id=self.worker_id, lease_ms=self.lease_ms,
-                    draws=draws,
+                    queues=self.queues, worker_id=self.worker_id,
+                    lease_ms=self.options.lease_ms,
+                    draws=[(list(d.source.names), d.limit) for d in draws],
                 )
-            # A draw that got its whole quota may have left more behind; one
-            # that got less emptied its names' share of the queue.
-            filled = filled or any(
-                sum(row.name in names for row in rows) >= limit for names, limit in draws
-            )
+            filled = filled or any_draw_filled(draws, rows)
+            drawn = [d.source for d in draws]
             pending = [s for s in pending if s not in drawn]
-            calls = self._split(fail_undecodable(rows, self._fail_unrun, self.report))
+            calls = self._calls(fail_undecodable(rows, self._fail_unrun, self.report))
             for call in calls:
                 self._dispatch(call)
             started += len(calls)
@@ -401,32 +365,24 @@ class Worker:
         with self._write_gate:
             self.store.fail(task.id, self.worker_id, envelope, retryable=False)
 
-    def _headroom(self, source: _Source) -> int:
-        if source.concurrency is None:
-            return self.concurrency
-        with self._lock:
-            return source.concurrency - self._calls_by_name[source.names[0]]
-
-    def _split(self, rows: list[TaskRecord]) -> list[Call]:
-        by_name: dict[str, list[TaskRecord]] = defaultdict(list)
-        for row in rows:
-            by_name[row.name].append(row)
-        calls = []
-        now = time.monotonic()
-        deadline = now + self.max_run_ms / 1000 if self.max_run_ms else None
-        for name, tasks in by_name.items():
-            reg = self.handlers[name]
-            size = reg.batch or 1
-            for i in range(0, len(tasks), size):
-                contexts = [self._context(task) for task in tasks[i : i + size]]
-                calls.append(Call(registration=reg, contexts=contexts, deadline=deadline))
-        return calls
+    def _calls(self, rows: list[TaskRecord]) -> list[Call]:
+        max_run_ms = self.options.max_run_ms
+        deadline = time.monotonic() + max_run_ms / 1000 if max_run_ms else None
+        return [
+            Call(
+                registration=reg,
+                contexts=[self._context(task) for task in tasks],
+                deadline=deadline,
+            )
+            for reg, tasks in split_calls(rows, self.handlers)
+        ]
 
     def _context(self, task: TaskRecord) -> TaskContext:
         return TaskContext(
-            store=self.store, task=task, worker_id=self.worker_id, lease_ms=self.lease_ms,
-            retry_backoff_base_ms=self.retry_backoff_base_ms,
-            retry_backoff_cap_ms=self.retry_backoff_cap_ms,
+            store=self.store, task=task, worker_id=self.worker_id,
+            lease_ms=self.options.lease_ms,
+            retry_backoff_base_ms=self.options.retry_backoff_base_ms,
+            retry_backoff_cap_ms=self.options.retry_backoff_cap_ms,
             db_executor=self._loop_thread.db_executor if self._loop_thread else None,
         )
 
@@ -466,7 +422,8 @@ class Worker:
     # ------------------------------------------------------------ abandoning
     def _watchdog(self) -> None:
         """Abandon calls that outran max-run (runs on the heartbeat thread)."""
-        if not self.max_run_ms:
+        max_run_ms = self.options.max_run_ms
+        if not max_run_ms:
             return
         now = time.monotonic()
         with self._lock:
@@ -477,9 +434,9 @@ class Worker:
         for call in overdue:
             logger.warning(
                 "The handler for %s ran longer than max-run (%d ms); abandoning it: %s.",
-                call.name, self.max_run_ms, ", ".join(c.task_id for c in call.contexts),
+                call.name, max_run_ms, ", ".join(c.task_id for c in call.contexts),
             )
-            self._abandon(call, timeout_envelope(call.name, self.max_run_ms), delay_ms=None)
+            self._abandon(call, timeout_envelope(call.name, max_run_ms), delay_ms=None)
 
     def _abandon(self, call: Call, envelope: dict[str, Any], *, delay_ms: int | None) -> None:
         self.execution.abandon(call, envelope, delay_ms=delay_ms)
@@ -503,64 +460,21 @@ class Worker:
             time.sleep(min(_SLICE_S, max(0.0, deadline - time.monotonic())))
 
     def _idle(self) -> None:
-        """Sleep a poll interval, cut short by a wakeup signal where available."""
-        wakeup = self._get_wakeup()
-        deadline = time.monotonic() + self.poll_ms / 1000
+        """Sleep a poll interval on the wakeup, cut short by a wake or a call that ended."""
+        deadline = time.monotonic() + self.options.poll_ms / 1000
         while not self._stopping:
             remaining = deadline - time.monotonic()
             # A call that ended may have freed a per-name slot: look again.
             if remaining <= 0 or self._changed.is_set():
                 return
             step = min(remaining, _SLICE_S)
-            if wakeup is None:
-                self._changed.wait(step)
-                continue
             try:
-                if wakeup.wait_for_queued(self.queues, step):
+                if self._wakeup.wait_for_queued(self.queues, step):
                     self._work_likely = True
                     return
             except Exception as exc:
                 self.report(exc, phase="wakeup")
-                self._wakeup = False  # polling from now on
-                wakeup = None
-
-    def _get_wakeup(self) -> Any:
-        if self._wakeup is None:
-            try:
-                from ..wakeup import get_wakeup
-            except ImportError:
-                self._wakeup = False
-            else:
-                try:
-                    self._wakeup = get_wakeup(self.using)
-                except Exception as exc:
-                    self.report(exc, phase="wakeup")
-                    self._wakeup = False
-        return self._wakeup or None
-
-    # ------------------------------------------------------------ retention
-    def _start_sweeper(self) -> None:
-        try:
-            from ..retention import RetentionSweeper
-        except ImportError:
-            logger.warning("--sweep was given but cairnq_django.retention is not available.")
-            return
-        try:
-            self._sweeper = RetentionSweeper.from_settings(self.using)
-        except Exception as exc:
-            self.report(exc, phase="sweep")
-            return
-
-        def sweep() -> None:
-            try:
-                self._sweeper.run()
-            except Exception as exc:
-                self.report(exc, phase="sweep")
-            finally:
-                connections.close_all()
-
-        self._sweeper_thread = threading.Thread(target=sweep, name="cairnq-sweeper", daemon=True)
-        self._sweeper_thread.start()
+                self._wakeup = _EventWait(self._changed)  # polling from now on
 
     # ------------------------------------------------------------ schedules
     def _start_scheduler(self) -> None:
@@ -590,11 +504,11 @@ class Worker:
 
     # ------------------------------------------------------------ shutdown
     def _shutdown(self) -> None:
-        deadline = time.monotonic() + self.shutdown_timeout_ms / 1000
+        timeout_ms = self.options.shutdown_timeout_ms
+        deadline = time.monotonic() + timeout_ms / 1000
         if self._in_flight:
             logger.info(
-                "Waiting up to %d ms for %d running call(s).",
-                self.shutdown_timeout_ms, len(self._in_flight),
+                "Waiting up to %d ms for %d running call(s).", timeout_ms, len(self._in_flight)
             )
         while self._in_flight and time.monotonic() < deadline:
             self._changed.clear()
@@ -615,11 +529,6 @@ class Worker:
             self._heartbeat.join(5)
         if self._scheduler is not None:
             self._scheduler.stop(timeout=5)
-        if self._sweeper is not None:
-            try:
-                self._sweeper.stop(timeout=5)
-            except Exception as exc:
-                self.report(exc, phase="sweep")
         if self._threads is not None:
             self._threads.stop()
         if self._loop_thread is not None:
@@ -627,11 +536,10 @@ class Worker:
         self.settler.stop()
         if self._presence is not None:
             self._presence.stop()  # deletes this worker's row
-        if self._wakeup:
-            try:
-                self._wakeup.close()
-            except Exception:
-                pass
+        try:
+            self._wakeup.close()
+        except Exception:
+            pass
         _close_connection(self.using)
         self._connection_policy.restore()
         logger.info(
@@ -640,10 +548,15 @@ class Worker:
         )
 
 
-def _positive(option: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"--{option} must be a positive integer, got {value!r}.")
-    return value
+class _EventWait(Wakeup):
+    """After the wakeup failed: plain sleeps, cut short when a call of this worker ends."""
+
+    def __init__(self, changed: threading.Event) -> None:
+        self._changed = changed
+
+    def wait_for_queued(self, queues: Sequence[str], timeout_s: float) -> bool:
+        self._changed.wait(timeout_s)
+        return False
 
 
 def _close_connection(using: str) -> None:

@@ -1,35 +1,23 @@
-"""manage.py cairnq_worker: run the registered task handlers."""
+"""manage.py cairnq_worker: run the registered task handlers, and with --sweep the retention sweeper."""
 
 from __future__ import annotations
 
 import argparse
 import logging
+import threading
+from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import connections
 
 from ...conf import cairnq_settings
+from ...validators import cli_integer
 
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise CommandError(f"Expected a positive integer, got {text!r}.") from None
-    if value < 1:
-        raise CommandError(f"Expected a positive integer, got {text!r}.")
-    return value
-
-
-def _non_negative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise CommandError(f"Expected an integer >= 0, got {text!r}.") from None
-    if value < 0:
-        raise CommandError(f"Expected an integer >= 0, got {text!r}.")
-    return value
+if TYPE_CHECKING:
+    from ...retention import RetentionSweeper
+    from ...worker import Worker
 
 
 class Command(BaseCommand):
@@ -40,7 +28,7 @@ class Command(BaseCommand):
         "at once. Defaults come from settings.CAIRNQ."
     )
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         s = cairnq_settings
         parser.add_argument(
             "--queue", "-q", action="append", dest="queues", metavar="QUEUE",
@@ -54,31 +42,31 @@ class Command(BaseCommand):
             "registered handler. Tasks with other names are left for other workers.",
         )
         parser.add_argument(
-            "--concurrency", "-c", type=_positive_int,
+            "--concurrency", "-c", type=cli_integer(),
             help="Handler calls running at once (sync handlers on threads, async ones on an "
             "event loop; a batch is one call). Default: CAIRNQ['CONCURRENCY'] "
             f"({s.CONCURRENCY}).",
         )
         parser.add_argument(
-            "--lease", type=_positive_int, metavar="MS",
+            "--lease", type=cli_integer(), metavar="MS",
             help="Lease per claimed task in milliseconds; renewed every lease/3 while the "
             "handler runs. A worker that dies loses its tasks to another worker after this "
             f"long. Default: CAIRNQ['LEASE'] ({s.LEASE}).",
         )
         parser.add_argument(
-            "--poll", type=_positive_int, metavar="MS",
+            "--poll", type=cli_integer(), metavar="MS",
             help="Idle sleep between polls in milliseconds (cut short by a notification "
             f"where the database supports it). Default: CAIRNQ['POLL_INTERVAL'] "
             f"({s.POLL_INTERVAL}).",
         )
         parser.add_argument(
-            "--max-run", type=_non_negative_int, metavar="MS",
+            "--max-run", type=cli_integer(0), metavar="MS",
             help="Wall-clock ceiling per attempt in milliseconds; a handler still running "
             "then is abandoned and its task fails retryably as 'handler_timeout'. 0 "
             f"disables it. Default: CAIRNQ['MAX_RUN'] ({s.MAX_RUN}).",
         )
         parser.add_argument(
-            "--shutdown-timeout", type=_non_negative_int, metavar="MS",
+            "--shutdown-timeout", type=cli_integer(0), metavar="MS",
             help="On SIGTERM/SIGINT, how long to let running handlers finish before their "
             "tasks are requeued for another worker. Default: CAIRNQ['SHUTDOWN_TIMEOUT'] "
             f"({s.SHUTDOWN_TIMEOUT}).",
@@ -103,7 +91,7 @@ class Command(BaseCommand):
             "(other workers still do; each occurrence is enqueued once whichever runs it).",
         )
         parser.add_argument(
-            "--metrics-port", type=_non_negative_int, metavar="PORT",
+            "--metrics-port", type=cli_integer(0), metavar="PORT",
             help="Serve this worker's Prometheus counters and histograms on "
             "http://ADDR:PORT/metrics (needs prometheus_client; 0 picks a free port, "
             "logged at start). Give each worker on a host its own port.",
@@ -119,7 +107,7 @@ class Command(BaseCommand):
             "Default: on when DEBUG is true, except with --burst.",
         )
 
-    def handle(self, *args, **options):
+    def handle(self, *args: Any, **options: Any) -> None:
         self._configure_logging(options["verbosity"])
         reload = options["reload"]
         if reload and options["burst"]:
@@ -136,26 +124,27 @@ class Command(BaseCommand):
         worker.install_signal_handlers()
         worker.run()
 
-    def _build_worker(self, options):
-        """The Worker the options describe, with its metrics server started if asked."""
-        from ...worker import Worker
+    def _build_worker(self, options: dict[str, Any]) -> Worker | WorkerBesideSweeper:
+        """The worker the options describe (beside a sweeper with --sweep), metrics served if asked."""
+        from ...worker import Worker, WorkerOptions
 
         names = None
         if options["names"]:
             names = [n.strip() for n in options["names"].split(",") if n.strip()]
         try:
             worker = Worker(
-                queues=options["queues"],
-                names=names,
-                concurrency=options["concurrency"],
-                lease_ms=options["lease"],
-                poll_ms=options["poll"],
-                max_run_ms=options["max_run"],  # 0 turns a configured MAX_RUN off
-                shutdown_timeout_ms=options["shutdown_timeout"],
-                burst=options["burst"],
-                using=options["database"],
-                sweep=options["sweep"],
-                scheduler=options["scheduler"],
+                WorkerOptions.from_settings(
+                    queues=options["queues"],
+                    names=names,
+                    concurrency=options["concurrency"],
+                    lease_ms=options["lease"],
+                    poll_ms=options["poll"],
+                    max_run_ms=options["max_run"],  # 0 turns a configured MAX_RUN off
+                    shutdown_timeout_ms=options["shutdown_timeout"],
+                    burst=options["burst"],
+                    using=options["database"],
+                    scheduler=options["scheduler"],
+                )
             )
         except ValueError as exc:
             raise CommandError(str(exc)) from exc
@@ -165,6 +154,8 @@ class Command(BaseCommand):
             except ImproperlyConfigured as exc:
                 raise CommandError(str(exc)) from exc
             serve_worker_metrics(options["metrics_port"], options["metrics_addr"])
+        if options["sweep"]:
+            return WorkerBesideSweeper(worker)
         return worker
 
     def _configure_logging(self, verbosity: int) -> None:
@@ -193,3 +184,66 @@ def _handlers_of(logger: logging.Logger) -> list[logging.Handler]:
         found.extend(current.handlers)
         current = current.parent if current.propagate else None
     return found
+
+
+class WorkerBesideSweeper:
+    """A worker with the retention sweeper (CAIRNQ['RETENTION']) on a thread beside it.
+
+    It runs, stops and takes signals as the worker does (the reloader drives it
+    the same way); the sweeper starts with run() and stops when the worker has.
+    """
+
+    def __init__(self, worker: Worker) -> None:
+        self.worker = worker
+        self.sweeper: RetentionSweeper | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def shutdown_timeout_ms(self) -> int:
+        return self.worker.shutdown_timeout_ms
+
+    def install_signal_handlers(self) -> None:
+        self.worker.install_signal_handlers()
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        # reloading.py forwards the child's signals through this.
+        self.worker._on_signal(signum, frame)
+
+    def stop(self) -> None:
+        self.worker.stop()
+
+    def run(self) -> None:
+        self._start_sweeper()
+        try:
+            self.worker.run()
+        finally:
+            self._stop_sweeper()
+
+    def _start_sweeper(self) -> None:
+        from ...retention import RetentionSweeper
+
+        try:
+            self.sweeper = RetentionSweeper.from_settings(self.worker.using)
+        except Exception as exc:
+            self.worker.report(exc, phase="sweep")
+            return
+        sweeper = self.sweeper
+
+        def sweep() -> None:
+            try:
+                sweeper.run()
+            except Exception as exc:
+                self.worker.report(exc, phase="sweep")
+            finally:
+                connections.close_all()
+
+        self._thread = threading.Thread(target=sweep, name="cairnq-sweeper", daemon=True)
+        self._thread.start()
+
+    def _stop_sweeper(self) -> None:
+        if self.sweeper is None:
+            return
+        try:
+            self.sweeper.stop(timeout=5)
+        except Exception as exc:
+            self.worker.report(exc, phase="sweep")
