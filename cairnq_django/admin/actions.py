@@ -9,7 +9,7 @@ an admin LogEntry for every task it changed.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
@@ -35,7 +35,9 @@ def _log(request: HttpRequest, tasks: Iterable[Any], flag: int, message: str) ->
     rows = [Task(id=task.id, name=task.name) for task in tasks]
     if rows:
         LogEntry.objects.log_actions(
-            user_id=request.user.pk, queryset=rows, action_flag=flag, change_message=message
+            # The admin lets only logged-in staff reach an action, so the user has a pk.
+            user_id=cast(int, request.user.pk), queryset=rows, action_flag=flag,
+            change_message=message,
         )
 
 
@@ -154,7 +156,7 @@ def purge_tasks(
     finished = queryset.filter(status__in=TERMINAL_STATUSES)
     if request.POST.get("post") == "yes":
         rows = list(finished.values_list("id", "name"))
-        deleted = set(get_store(modeladmin.using).purge_ids([task_id for task_id, name in rows]))
+        deleted: set[str] = set(get_store(modeladmin.using).purge_ids([task_id for task_id, name in rows]))
         _log(
             request,
             [Task(id=task_id, name=name) for task_id, name in rows if task_id in deleted],

@@ -6,7 +6,7 @@ columns an index serves, and each page's keys come with one query.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from django.contrib.admin.views.main import ORDER_VAR, ChangeList
 from django.core.paginator import Paginator
@@ -18,7 +18,7 @@ from ..models import Task, TaskKey
 from ..store.admin_reads import estimated_task_count
 
 if TYPE_CHECKING:
-    from django.db.models.expressions import Combinable, OrderBy
+    from django.db.models.expressions import Expression
 
 
 class BoundedCountPaginator(Paginator):
@@ -36,7 +36,7 @@ class BoundedCountPaginator(Paginator):
 
     @cached_property
     def count(self) -> int:
-        queryset = self.object_list
+        queryset = cast("QuerySet[Task]", self.object_list)
         counted = queryset.order_by()[: self.COUNT_LIMIT + 1].count()
         if counted <= self.COUNT_LIMIT:
             return counted
@@ -55,12 +55,12 @@ class TaskChangeList(ChangeList):
 
     def get_ordering(
         self, request: HttpRequest, queryset: QuerySet[Task]
-    ) -> list[Combinable | OrderBy | str]:
+    ) -> list[Expression | str]:
         # Django sorts by any column whose index is in ?o=; keep only the
         # columns in sortable_by, whose order an index serves.
         if ORDER_VAR in self.params:
             sortable = {
-                index for index, name in enumerate(self.list_display) if name in self.sortable_by
+                index for index, name in enumerate(self.list_display) if name in (self.sortable_by or ())
             }
             kept: list[str] = []
             for part in str(self.params[ORDER_VAR]).split("."):

@@ -7,11 +7,11 @@ what does not decode as escaped text with a note.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from django.contrib import admin
 from django.core.exceptions import ValidationError
-from django.db.models import QuerySet
+from django.db.models import Field, QuerySet
 from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
@@ -65,7 +65,10 @@ class TaskPageAdmin(admin.ModelAdmin):
         if "\x00" in object_id:
             # PostgreSQL refuses NUL in any text it is asked to compare.
             return None
-        field = self.opts.pk if from_field is None else self.opts.get_field(from_field)
+        field = cast(
+            "Field[Any, Any]",
+            self.opts.pk if from_field is None else self.opts.get_field(from_field),
+        )
         queryset = self._with_raw_columns(self.get_queryset(request))
         try:
             task: Task = queryset.get(**{field.name: field.to_python(object_id)})

@@ -23,7 +23,7 @@ from django.contrib.auth import get_permission_codename
 from django.core.exceptions import BadRequest
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse
-from django.urls import URLPattern, URLResolver, path
+from django.urls import URLPattern, path
 from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 
@@ -148,7 +148,7 @@ class TaskAdmin(TaskPageAdmin):
     def get_changelist(self, request: HttpRequest, **kwargs: Any) -> type[TaskChangeList]:
         return TaskChangeList
 
-    def get_urls(self) -> list[URLPattern | URLResolver]:
+    def get_urls(self) -> list[URLPattern]:
         opts = self.opts
         stats = self.admin_site.admin_view(StatsView.as_view(model_admin=self))
         dashboard = self.admin_site.admin_view(DashboardView.as_view(model_admin=self))
@@ -219,7 +219,7 @@ class TaskAdmin(TaskPageAdmin):
         label = task.status
         css = f"cq-status cq-status-{task.status}"
         if task.status == "running" and task.cancel_requested_at_ms is not None:
-            label = _("running, cancel requested")
+            label = str(_("running, cancel requested"))
             css += " cq-status-cancel-requested"
         return format_html('<span class="{}">{}</span>', css, label)
 

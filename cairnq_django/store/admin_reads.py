@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import connections
-from django.db.models import BinaryField, Min, OrderBy, TextField
+from django.db.models import BinaryField, Field, Min, OrderBy, TextField
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Cast
 
@@ -71,7 +71,10 @@ def distinct_task_values(using: str, column: str, limit: int) -> list[Any]:
     connection = connections[using]
     quote = connection.ops.quote_name
     table = quote(Task._meta.db_table)
-    name = quote(Task._meta.get_field(column).column)  # an unknown column raises here
+    field = Task._meta.get_field(column)  # an unknown column raises FieldDoesNotExist
+    if not isinstance(field, Field) or not field.column:
+        raise ValueError(f"{column!r} is not a column of the tasks table.")
+    name = quote(field.column)
     sql = (
         f"WITH RECURSIVE v(value, n) AS ("
         f" SELECT (SELECT {name} FROM {table} ORDER BY {name} LIMIT 1), 1"

@@ -8,7 +8,7 @@ once the task leaves `running`.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from django.contrib import messages
 from django.contrib.admin.models import CHANGE, LogEntry
@@ -72,7 +72,8 @@ class _TaskView(TaskAdminView):
 
     def log(self, request: HttpRequest, task: Any, message: str) -> None:
         LogEntry.objects.log_actions(
-            user_id=request.user.pk, queryset=[Task(id=task.id, name=task.name)],
+            # admin_view() lets only logged-in staff in, so the user has a pk.
+            user_id=cast(int, request.user.pk), queryset=[Task(id=task.id, name=task.name)],
             action_flag=CHANGE, change_message=message,
         )
 

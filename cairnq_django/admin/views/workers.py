@@ -73,14 +73,16 @@ class WorkerAdmin(admin.ModelAdmin):
 
     @admin.display(description=_("state"))
     def state(self, worker: WorkerRecord) -> str:
-        if worker.is_live(worker.cq_now):
+        if worker.is_live(worker.cq_now):  # type: ignore[attr-defined]
             return format_html('<span class="cq-status cq-status-succeeded">{}</span>', _("live"))
         return format_html('<span class="cq-status cq-status-canceled">{}</span>', _("gone"))
 
     @admin.display(description=_("last seen"))
     def last_seen(self, worker: WorkerRecord) -> str:
         return _("%(ago)s ago") % {
-            "ago": human_duration(max(0, worker.cq_now - worker.last_seen_ms))
+            "ago": human_duration(
+                max(0, worker.cq_now - worker.last_seen_ms)  # type: ignore[attr-defined]
+            )
         }
 
     @admin.display(description=_("started"))
