@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from django.apps import AppConfig
 from django.conf import settings
@@ -14,8 +14,9 @@ from django.utils.module_loading import import_string
 
 from .conf import DEFAULTS, DURATION_KEYS, cairnq_settings, to_ms
 from .retention import retention_config_errors
-from .validators import is_integer
 from .schedules import checks as _schedule_checks  # noqa: F401  (registers them)
+from .validators import is_integer
+
 # Importing the Tasks framework registers its check, which runs each TASKS
 # backend's check() (CairnQBackend's among them).
 from . import compat as _compat  # noqa: F401,E402
@@ -180,7 +181,7 @@ def _router_errors(alias: str) -> list[CheckMessage]:
 
 def database_errors(alias: str) -> list[CheckMessage]:
     """The engine and SQLite options of one database alias that concurrent workers need."""
-    config = settings.DATABASES[alias]
+    config = cast(dict[str, Any], settings.DATABASES[alias])
     engine = config.get("ENGINE", "")
     if engine.endswith("postgresql"):
         return []

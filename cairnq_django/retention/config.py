@@ -173,20 +173,28 @@ def parse_retention(value: Any, *, label: str = SETTING) -> list[RetentionRule]:
     if value is None:
         return []
     if isinstance(value, timedelta) or _is_number(value):
-        return [RetentionRule(older_than_ms=to_ms(value))]
+        return [RetentionRule(older_than_ms=_cutoff_ms(value))]
     if isinstance(value, Mapping):
-        return [RetentionRule(older_than_ms=to_ms(v), status=s) for s, v in value.items()]
-    rules = []
+        return [RetentionRule(older_than_ms=_cutoff_ms(v), status=s) for s, v in value.items()]
+    rules: list[RetentionRule] = []
     for rule in value:
         if isinstance(rule, RetentionRule):
             rules.append(rule)
         else:
             rules.append(
                 RetentionRule(
-                    older_than_ms=to_ms(rule["older_than"]),
+                    older_than_ms=_cutoff_ms(rule["older_than"]),
                     queue=rule.get("queue"),
                     status=rule.get("status"),
                     name=rule.get("name"),
                 )
             )
     return rules
+
+
+def _cutoff_ms(cutoff: Any) -> int:
+    """A cutoff retention_config_errors() accepted, in milliseconds (it refused None)."""
+    ms = to_ms(cutoff)
+    if ms is None:
+        raise ValueError(f"A retention cutoff cannot be None, got {cutoff!r}.")
+    return ms

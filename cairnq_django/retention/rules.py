@@ -60,10 +60,7 @@ def rules_for_overrides(
     combination, so a narrowed sweep never deletes more than the settings allow.
     """
     combos = [
-        (s, q, n)
-        for s in (list(statuses) or [None])
-        for q in (list(queues) or [None])
-        for n in (list(names) or [None])
+        (s, q, n) for s in _or_any(statuses) for q in _or_any(queues) for n in _or_any(names)
     ]
     if older_than_ms is not None:
         return [
@@ -84,3 +81,8 @@ def rules_for_overrides(
                 if candidate not in narrowed:
                     narrowed.append(candidate)
     return narrowed
+
+
+def _or_any(values: Sequence[str]) -> list[str | None]:
+    """The values to filter on, or [None] (match any) when there are none."""
+    return [*values] or [None]
