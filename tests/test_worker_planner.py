@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from cairnq_django.records import TaskRecord
 from cairnq_django.worker.planner import (
     Draw,
@@ -11,6 +13,8 @@ from cairnq_django.worker.planner import (
     build_sources,
     free_calls,
     plan_draws,
+    select_handlers,
+    served_queues,
     split_calls,
 )
 from cairnq_django.worker.registry import Registration
@@ -99,3 +103,23 @@ def test_rows_become_one_call_each_or_batches_up_to_the_size():
         ("a", ["a-0"]),
         ("a", ["a-1"]),
     ]
+
+
+def test_names_select_handlers_and_unknown_names_are_refused():
+    regs = handlers(reg("a"), reg("b"))
+    assert list(select_handlers(regs, None)) == ["a", "b"]
+    assert list(select_handlers(regs, ("b",))) == ["b"]
+    with pytest.raises(ValueError, match="No handler is registered for 'nope'; .*: a, b"):
+        select_handlers(regs, ("nope",))
+
+
+def test_explicit_queues_are_served_alone():
+    regs = handlers(reg("a", queue="mail"))
+    assert served_queues(("x", "y"), ["default"], regs, ["tasks"]) == ["x", "y"]
+
+
+def test_configured_queues_gain_the_declared_and_backend_ones():
+    regs = handlers(reg("a", queue="mail"), reg("b"), reg("c", queue="default"))
+    assert served_queues(None, ["default"], regs, ["tasks"]) == ["default", "mail", "tasks"]
+    assert served_queues(None, "solo", {}, []) == ["solo"]
+    assert served_queues(None, [], {}, []) == ["default"]

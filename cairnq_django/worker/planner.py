@@ -1,4 +1,4 @@
-"""Claim planning: which names draw together, in what order, and how much each draw asks for.
+"""Claim planning: what a worker serves, which names draw together, and how much each draw asks.
 
 Names registered with a batch size or their own concurrency draw their own
 quota; all other names share one draw. The order of draws rotates between
@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from ..records import TaskRecord
+from ..records import DEFAULT_QUEUE, TaskRecord
 from .registry import Registration
 
 
@@ -35,6 +35,42 @@ class Draw:
     def limit(self) -> int:
         """How many tasks the draw claims at most."""
         return self.calls * self.source.batch
+
+
+def select_handlers(
+    registered: Mapping[str, Registration], names: Sequence[str] | None
+) -> dict[str, Registration]:
+    """The handlers to run: all registered ones, or those `names` (ValueError for unknown ones)."""
+    if names is None:
+        return dict(registered)
+    unknown = sorted(set(names) - set(registered))
+    if unknown:
+        known = ", ".join(sorted(registered)) or "none"
+        raise ValueError(
+            f"No handler is registered for {', '.join(map(repr, unknown))}; "
+            f"registered task names: {known}."
+        )
+    return {name: registered[name] for name in names}
+
+
+def served_queues(
+    explicit: Sequence[str] | None,
+    configured: Sequence[str] | str,
+    handlers: Mapping[str, Registration],
+    backend_queues: Sequence[str] = (),
+) -> list[str]:
+    """The queues to claim from: `explicit` ones, else the configured ones plus declared ones.
+
+    Handlers that declare a queue, and the QUEUES of the Tasks framework's
+    CairnQ backends, are served without repeating them in settings.
+    """
+    if explicit:
+        return list(dict.fromkeys(explicit))
+    if isinstance(configured, str):
+        configured = [configured]
+    declared = [r.queue for r in handlers.values() if r.queue]
+    served = [*configured, *declared, *backend_queues]
+    return list(dict.fromkeys(served)) or [DEFAULT_QUEUE]
 
 
 def build_sources(handlers: Mapping[str, Registration]) -> tuple[Source, ...]:

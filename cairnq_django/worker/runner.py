@@ -3,7 +3,13 @@
 The loop asks a read-only question first (is anything claimable?) and only
 then opens the one short write transaction that recovers expired leases and
 claims. No transaction is held while a handler runs. What each claim asks for
-is planned in planner.py; how the worker is configured is options.py.
+is planned in planner.py, the calls it starts are counted in inflight.py, and
+the worker's configuration is options.py.
+
+At about 500 lines this is longer than the rest of the package on purpose: it
+is where the claim loop meets the threads it starts (handlers, settler,
+heartbeat, scheduler, presence) and their shutdown order, which is easiest to
+check in one place.
 """
 
 from __future__ import annotations
@@ -15,7 +21,6 @@ import socket
 import sys
 import threading
 import time
-from collections import defaultdict
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any
@@ -26,7 +31,7 @@ from .. import signals
 from ..conf import cairnq_settings
 from ..errors import HeartbeatLate, ProtocolVersionMismatch
 from ..ids import ulid
-from ..records import DEFAULT_QUEUE, TaskRecord
+from ..records import TaskRecord
 from ..store import get_store
 from ..wakeup import Wakeup, get_wakeup
 from .connections import WorkerConnectionPolicy
@@ -34,6 +39,7 @@ from .context import TaskContext
 from .envelopes import shutdown_envelope, timeout_envelope
 from .execution import Call, Execution
 from .heartbeat import Heartbeat
+from .inflight import InFlight
 from .options import WorkerOptions
 from .planner import (
     Rotation,
@@ -41,11 +47,13 @@ from .planner import (
     build_sources,
     free_calls,
     plan_draws,
+    select_handlers,
+    served_queues,
     split_calls,
 )
 from .poison import fail_undecodable
 from .pools import EventLoopThread, HandlerThreads
-from .registry import Registration, Registry, autodiscover
+from .registry import Registry, autodiscover
 from .registry import registry as default_registry
 from .settler import Settler
 
@@ -91,16 +99,18 @@ class Worker:
         self.store = get_store(self.using)
         # Enqueue the occurrences of CAIRNQ['SCHEDULE'] (not in burst mode).
         self.run_scheduler = options.scheduler and not options.burst
-        self.handlers = self._select_handlers(options.names)
-        self.queues = self._select_queues(options.queues)
+        self.handlers = select_handlers(self.registry.handlers, options.names)
+        from ..backends.worker import backend_queues
+
+        self.queues = served_queues(
+            options.queues, cairnq_settings.QUEUES, self.handlers, backend_queues()
+        )
         self.worker_id = f"worker_{ulid()}"
         self._rotation = Rotation(build_sources(self.handlers))
         self._work_likely = False
 
-        self._lock = threading.Lock()
-        self._in_flight: dict[int, Call] = {}
-        self._calls_by_name: dict[str, int] = defaultdict(int)
-        self._changed = threading.Event()
+        self._in_flight = InFlight()
+        self._changed = self._in_flight.changed
         self._stopping = False
         self._signals_seen = 0
         # Where the database takes one writer at a time (SQLite), the claim loop
@@ -112,8 +122,8 @@ class Worker:
         )
         self.settler = Settler(self.store, write_gate=self._write_gate)
         self.execution = Execution(
-            worker=self, store=self.store, on_done=self._release, report=self.report,
-            write_completion=self.settler.complete, on_returned=self._returned,
+            worker=self, store=self.store, on_done=self._in_flight.release, report=self.report,
+            write_completion=self.settler.complete, on_returned=self._in_flight.returned,
         )
         self._threads: HandlerThreads | None = None
         self._loop_thread: EventLoopThread | None = None
@@ -122,7 +132,6 @@ class Worker:
         # The alias's wakeup from _start() on; plain sleeps before, and after it fails.
         self._wakeup: Wakeup = Wakeup()
         self._presence: Presence | None = None
-        self.tasks_started = 0
         self._connection_policy = WorkerConnectionPolicy()
 
     @property
@@ -133,33 +142,9 @@ class Worker:
     def shutdown_timeout_ms(self) -> int:
         return self.options.shutdown_timeout_ms
 
-    # ------------------------------------------------------------ configuration
-    def _select_handlers(self, names: tuple[str, ...] | None) -> dict[str, Registration]:
-        handlers = dict(self.registry.handlers)
-        if names is None:
-            return handlers
-        unknown = sorted(set(names) - set(handlers))
-        if unknown:
-            known = ", ".join(sorted(handlers)) or "none"
-            raise ValueError(
-                f"No handler is registered for {', '.join(map(repr, unknown))}; "
-                f"registered task names: {known}."
-            )
-        return {name: handlers[name] for name in names}
-
-    def _select_queues(self, queues: tuple[str, ...] | None) -> list[str]:
-        if queues:
-            return list(queues)
-        configured = cairnq_settings.QUEUES
-        if isinstance(configured, str):
-            configured = [configured]
-        # Handlers that declare a queue, and the QUEUES of the Tasks framework's
-        # CairnQ backends, are served without repeating them in settings.
-        declared = [r.queue for r in self.handlers.values() if r.queue]
-        from ..backends.worker import backend_queues
-
-        served = [*configured, *declared, *backend_queues()]
-        return list(dict.fromkeys(served)) or [DEFAULT_QUEUE]
+    @property
+    def tasks_started(self) -> int:
+        return self._in_flight.tasks_started
 
     # ------------------------------------------------------------ reporting
     def report(self, exc: BaseException, **context: Any) -> None:
@@ -259,7 +244,7 @@ class Worker:
             self._loop_thread.start()
         self._heartbeat = Heartbeat(
             store=self.store, worker_id=self.worker_id, lease_ms=options.lease_ms,
-            in_flight=self._in_flight_contexts, report=self.report, on_tick=self._watchdog,
+            in_flight=self._in_flight.contexts, report=self.report, on_tick=self._watchdog,
             on_late=self._report_late_heartbeat, committing=self.settler.committing,
         )
         self._heartbeat.start()
@@ -278,10 +263,8 @@ class Worker:
         while not self._stopping:
             # Cleared before looking, so a call finishing after this point is seen.
             self._changed.clear()
-            with self._lock:
-                busy = len(self._in_flight)
-                # The rest of _in_flight have returned and wait for their completion.
-                running = sum(not call.returned for call in self._in_flight.values())
+            # The calls in flight that are not running wait for their completion.
+            busy, running = self._in_flight.counts()
             free = free_calls(options.concurrency, running, busy)
             if free <= 0:
                 self._wait_for_change(poll_s)
@@ -337,10 +320,9 @@ class Worker:
         started = 0
         filled = False
         while free > 0 and pending:
-            with self._lock:
-                calls_by_name = dict(self._calls_by_name)
             draws = plan_draws(
-                pending, free, concurrency=self.options.concurrency, calls_by_name=calls_by_name
+                pending, free, concurrency=self.options.concurrency,
+                calls_by_name=self._in_flight.calls_by_name(),
             )
             if not draws:
                 break
@@ -387,10 +369,7 @@ class Worker:
         )
 
     def _dispatch(self, call: Call) -> None:
-        with self._lock:
-            self._in_flight[id(call)] = call
-            self._calls_by_name[call.name] += 1
-            self.tasks_started += len(call.contexts)
+        self._in_flight.add(call)
         if call.registration.is_async:
             assert self._loop_thread is not None
             call.future = self._loop_thread.submit(
@@ -400,38 +379,13 @@ class Worker:
             assert self._threads is not None
             self._threads.submit(lambda: self.execution.run_sync(call))
 
-    def _returned(self, call: Call) -> None:
-        """The handler is done (its tasks may still be settling): free its slot."""
-        call.returned = True
-        self._changed.set()
-
-    def _release(self, call: Call) -> None:
-        with self._lock:
-            if call.released:
-                return
-            call.released = True
-            self._in_flight.pop(id(call), None)
-            self._calls_by_name[call.name] -= 1
-        self._changed.set()
-
-    def _in_flight_contexts(self) -> list[TaskContext]:
-        with self._lock:
-            calls = list(self._in_flight.values())
-        return [ctx for call in calls for ctx in call.contexts]
-
     # ------------------------------------------------------------ abandoning
     def _watchdog(self) -> None:
         """Abandon calls that outran max-run (runs on the heartbeat thread)."""
         max_run_ms = self.options.max_run_ms
         if not max_run_ms:
             return
-        now = time.monotonic()
-        with self._lock:
-            overdue = [
-                c for c in self._in_flight.values()
-                if c.deadline is not None and now >= c.deadline and not c.returned
-            ]
-        for call in overdue:
+        for call in self._in_flight.overdue(time.monotonic()):
             logger.warning(
                 "The handler for %s ran longer than max-run (%d ms); abandoning it: %s.",
                 call.name, max_run_ms, ", ".join(c.task_id for c in call.contexts),
@@ -444,7 +398,7 @@ class Worker:
             call.future.cancel()
         elif self._threads is not None:
             self._threads.retire(call.thread)
-        self._release(call)
+        self._in_flight.release(call)
 
     # ------------------------------------------------------------ waiting
     def _wait_for_change(self, timeout_s: float) -> None:
@@ -498,7 +452,7 @@ class Worker:
 
         self._presence = Presence(
             worker=self, interval_ms=cairnq_settings.WORKER_REPORT_INTERVAL,
-            running=lambda: len(self._in_flight_contexts()), report=self.report,
+            running=lambda: len(self._in_flight.contexts()), report=self.report,
         )
         self._presence.start()
 
@@ -513,9 +467,7 @@ class Worker:
         while self._in_flight and time.monotonic() < deadline:
             self._changed.clear()
             self._changed.wait(min(_SLICE_S, max(0.0, deadline - time.monotonic())))
-        with self._lock:
-            leftover = list(self._in_flight.values())
-        for call in leftover:
+        for call in self._in_flight.calls():
             logger.warning(
                 "Abandoning %s (%s) at shutdown; it is requeued for another worker now.",
                 call.name, ", ".join(c.task_id for c in call.contexts),

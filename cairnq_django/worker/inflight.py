@@ -1,0 +1,76 @@
+"""The calls a worker has handed out and not yet released, counted per name.
+
+The claim loop reads it to size the next claim, the heartbeat to know which
+leases to renew, the watchdog to find calls past max-run; handler threads
+change it as their calls return and are released. `changed` is set on every
+change, so the loop can wait for a slot instead of polling.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import defaultdict
+
+from .context import TaskContext
+from .execution import Call
+
+
+class InFlight:
+    """Thread-safe bookkeeping of the calls in flight."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._calls: dict[int, Call] = {}
+        self._by_name: dict[str, int] = defaultdict(int)
+        self.changed = threading.Event()
+        #: Tasks handed to handlers since the worker started.
+        self.tasks_started = 0
+
+    def __len__(self) -> int:
+        # No lock: a signal handler asks this, and must not wait for a lock
+        # the code it interrupted may hold.
+        return len(self._calls)
+
+    def add(self, call: Call) -> None:
+        with self._lock:
+            self._calls[id(call)] = call
+            self._by_name[call.name] += 1
+            self.tasks_started += len(call.contexts)
+
+    def returned(self, call: Call) -> None:
+        """The handler is done (its tasks may still be settling): its slot is free."""
+        call.returned = True
+        self.changed.set()
+
+    def release(self, call: Call) -> None:
+        """The call is over, its tasks settled or given up; release it once."""
+        with self._lock:
+            if call.released:
+                return
+            call.released = True
+            self._calls.pop(id(call), None)
+            self._by_name[call.name] -= 1
+        self.changed.set()
+
+    def counts(self) -> tuple[int, int]:
+        """(calls in flight, of which handlers still running)."""
+        with self._lock:
+            return len(self._calls), sum(not c.returned for c in self._calls.values())
+
+    def calls_by_name(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._by_name)
+
+    def calls(self) -> list[Call]:
+        with self._lock:
+            return list(self._calls.values())
+
+    def contexts(self) -> list[TaskContext]:
+        return [ctx for call in self.calls() for ctx in call.contexts]
+
+    def overdue(self, now: float) -> list[Call]:
+        """Calls whose handler still runs past its deadline (monotonic `now`)."""
+        return [
+            c for c in self.calls()
+            if c.deadline is not None and now >= c.deadline and not c.returned
+        ]
