@@ -32,8 +32,6 @@ def _restore_protocol_rows(sender, using, **kwargs) -> None:
 
     from .schema import ensure_protocol_rows
 
-    connection = connections[using]
-    if "cairnq_meta" not in connection.introspection.table_names():
+    if "cairnq_meta" not in connections[using].introspection.table_names():
         return  # migrated to zero, or not migrated on this alias
-    with connection.cursor() as cursor:
-        ensure_protocol_rows(cursor, connection.vendor)
+    ensure_protocol_rows(using)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from django.db import models
 
+from .store.dialects import dialect_for
+
 
 class ProtocolTextField(models.TextField):
     """`text`, without the pattern-ops index Django adds to unique text columns.
@@ -21,18 +23,14 @@ class ProtocolTextField(models.TextField):
     """
 
     def db_type(self, connection):
-        if connection.vendor == "postgresql":
-            return "TEXT"
-        return super().db_type(connection)
+        return dialect_for(connection).text_type or super().db_type(connection)
 
 
 class EpochMillisField(models.BigIntegerField):
     """Epoch milliseconds: `bigint` on PostgreSQL, `integer` (64-bit) on SQLite, as the peers declare."""
 
     def db_type(self, connection):
-        if connection.vendor == "sqlite":
-            return "integer"
-        return super().db_type(connection)
+        return dialect_for(connection).epoch_millis_type or super().db_type(connection)
 
 
 class CascadingForeignKey(models.ForeignKey):

@@ -14,15 +14,8 @@ from django.db.models import Q, Value
 from django.utils.translation import gettext_lazy as _
 
 from .fields import CascadingForeignKey, EpochMillisField, ProtocolIndex, ProtocolTextField
+from .querysets import TaskQuerySet
 from .records import STATUSES, TERMINAL_STATUSES
-
-
-class TaskQuerySet(models.QuerySet):
-    def terminal(self):
-        return self.filter(status__in=TERMINAL_STATUSES)
-
-    def live(self):
-        return self.exclude(status__in=TERMINAL_STATUSES)
 
 
 class Task(models.Model):

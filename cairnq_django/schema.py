@@ -15,38 +15,15 @@ field or option, and live here for the migrations to call:
 
 from __future__ import annotations
 
-from .ids import now_ms
+from django.db import connections
+
+from .store.dialects import POSTGRES, SQLITE, dialect_for
 
 PROTOCOL_VERSION = 1
 SCHEMA_VERSION = 10
 
-# The peers' own migration ledger at schema 10. SQLite never had a 0003 (the
-# notify trigger is Postgres-only).
-UPSTREAM_MIGRATIONS = {
-    "sqlite": (
-        "0001_init.sql",
-        "0002_purge_index.sql",
-        "0004_lease_index.sql",
-        "0005_clear_terminal_lease.sql",
-        "0006_claim_name_index.sql",
-        "0007_purge_status_index.sql",
-        "0008_claim_due_index.sql",
-        "0009_purge_queue_index.sql",
-        "0010_drop_status_index.sql",
-    ),
-    "postgresql": (
-        "0001_init.sql",
-        "0002_purge_index.sql",
-        "0003_notify.sql",
-        "0004_lease_index.sql",
-        "0005_clear_terminal_lease.sql",
-        "0006_claim_name_index.sql",
-        "0007_purge_status_index.sql",
-        "0008_claim_due_index.sql",
-        "0009_purge_queue_index.sql",
-        "0010_drop_status_index.sql",
-    ),
-}
+# The peers' own migration ledger at schema 10, by database.
+UPSTREAM_MIGRATIONS = {dialect.vendor: dialect.peer_migrations for dialect in (SQLITE, POSTGRES)}
 
 PROTOCOL_MODELS = ("PeerMigration", "ProtocolMeta", "Task", "TaskKey")
 
@@ -81,13 +58,11 @@ class SchemaMismatch(RuntimeError):
 
 
 def installed_schema_version(cursor, vendor: str) -> int | None:
-    """Return the schema_version already recorded in this database, or None if there is none."""
-    if vendor == "postgresql":
-        cursor.execute("SELECT to_regclass('cairnq_meta') IS NOT NULL")
-    else:
-        cursor.execute(
-            "SELECT count(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = 'cairnq_meta'"
-        )
+    """Return the schema_version already recorded in this database, or None if there is none.
+
+    Plain cursors, not the ORM: this also reads databases no Django alias names.
+    """
+    cursor.execute(dialect_for(vendor).table_exists_sql.format(table="cairnq_meta"))
     if not cursor.fetchone()[0]:
         return None
     cursor.execute("SELECT value FROM cairnq_meta WHERE key = 'schema_version'")
@@ -181,8 +156,9 @@ def _differences(models, connection) -> list[str]:
 def install_protocol_objects(apps, schema_editor) -> None:
     """The notify trigger (PostgreSQL), the meta rows and the peers' ledger."""
     connection = schema_editor.connection
+    dialect = dialect_for(connection)
     with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
+        if dialect.has_listen_notify:
             cursor.execute(
                 "SELECT count(*) FROM pg_trigger WHERE tgname = 'cairnq_tasks_notify'"
                 " AND tgrelid = 'cairnq_tasks'::regclass"
@@ -190,36 +166,39 @@ def install_protocol_objects(apps, schema_editor) -> None:
             if not cursor.fetchone()[0]:  # a peer's trigger is left as it is
                 cursor.execute(NOTIFY_FUNCTION)
                 cursor.execute(NOTIFY_TRIGGER)
-        ensure_protocol_rows(cursor, connection.vendor)
-        if connection.vendor == "sqlite":
-            # Without statistics SQLite's planner skips the lease-recovery index.
+    ensure_protocol_rows(connection.alias, apps)
+    if dialect.needs_periodic_analyze:
+        # Without statistics SQLite's planner skips the lease-recovery index.
+        with connection.cursor() as cursor:
             cursor.execute("ANALYZE cairnq_tasks")
 
 
 def remove_protocol_objects(apps, schema_editor) -> None:
     connection = schema_editor.connection
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
+    if dialect_for(connection).has_listen_notify:
+        with connection.cursor() as cursor:
             cursor.execute("DROP TRIGGER IF EXISTS cairnq_tasks_notify ON cairnq_tasks")
             cursor.execute("DROP FUNCTION IF EXISTS cairnq_notify()")
-        cursor.execute("DELETE FROM cairnq_meta")
-        cursor.execute("DELETE FROM cairnq_migrations")
+    apps.get_model("cairnq_django", "ProtocolMeta").objects.using(connection.alias).delete()
+    apps.get_model("cairnq_django", "PeerMigration").objects.using(connection.alias).delete()
 
 
-def ensure_protocol_rows(cursor, vendor: str) -> None:
+def ensure_protocol_rows(using: str, apps=None) -> None:
     """Insert the meta rows and ledger entries that are missing; never change one."""
-    for key, value in (("protocol_version", PROTOCOL_VERSION), ("schema_version", SCHEMA_VERSION)):
-        cursor.execute(
-            "INSERT INTO cairnq_meta (key, value) VALUES (%s, %s) ON CONFLICT (key) DO NOTHING",
-            [key, str(value)],
-        )
-    if vendor == "postgresql":
-        clock, extra = "(extract(epoch from clock_timestamp()) * 1000)::bigint", []
-    else:
-        clock, extra = "%s", [now_ms()]
-    for name in UPSTREAM_MIGRATIONS[vendor]:
-        cursor.execute(
-            f"INSERT INTO cairnq_migrations (name, applied_at_ms) VALUES (%s, {clock})"
-            " ON CONFLICT (name) DO NOTHING",
-            [name, *extra],
-        )
+    from django.apps import apps as installed_apps
+
+    from .store import get_store
+
+    apps = apps or installed_apps
+    meta = apps.get_model("cairnq_django", "ProtocolMeta")
+    ledger = apps.get_model("cairnq_django", "PeerMigration")
+    meta.objects.using(using).bulk_create(
+        [meta(key="protocol_version", value=str(PROTOCOL_VERSION)),
+         meta(key="schema_version", value=str(SCHEMA_VERSION))],
+        ignore_conflicts=True,
+    )
+    now = get_store(using).clock_ms()
+    ledger.objects.using(using).bulk_create(
+        [ledger(name=name, applied_at_ms=now) for name in dialect_for(connections[using]).peer_migrations],
+        ignore_conflicts=True,
+    )

@@ -26,20 +26,10 @@ logger = logging.getLogger("cairnq_django.retention")
 
 
 def _count_purgeable(store: Store, rule: RetentionRule) -> int:
-    """Count what `store.purge` would delete for a rule: the same filters, read only."""
-    params: dict[str, Any] = {"older_than_ms": rule.older_than_ms}
-    where = ["status IN ('succeeded', 'failed', 'canceled')"]
-    for column in ("queue", "status", "name"):
-        value = getattr(rule, column)
-        if value is not None:
-            where.append(f"{column} = %({column})s")
-            params[column] = value
-    where.append("completed_at_ms IS NOT NULL")
-    where.append(f"completed_at_ms < {store.dialect.now} - %(older_than_ms)s")
-    rows = store._rows(
-        f"SELECT COUNT(*) AS n FROM cairnq_tasks WHERE {' AND '.join(where)}", params
+    """Count what `store.purge` would delete for a rule: the same QuerySet, read only."""
+    return store.count_purgeable(
+        older_than_ms=rule.older_than_ms, queue=rule.queue, status=rule.status, name=rule.name
     )
-    return int(rows[0]["n"])
 
 
 class RetentionSweeper:

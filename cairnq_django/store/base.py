@@ -6,9 +6,9 @@ sequences run in `transaction.atomic()` too: on SQLite that is BEGIN IMMEDIATE
 (the app's system check insists on it), on Postgres a READ COMMITTED
 transaction whose claims skip rows other workers have locked.
 
-The raw SQL is deliberate: claim and settle are the hot path, and each is one
-statement whose exact WHERE clause is part of the protocol (ownership checks,
-cancel-wins, lease recovery). The ORM could express them only by re-reading.
+Each statement is an ORM QuerySet: the WHERE from querysets.TaskQuerySet (the
+protocol's queries), the SET from transitions.py; statements.py compiles it
+once per shape. sql.py holds the few statements the ORM cannot express.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from django.db import connections, transaction
+from django.db.models import Case, Count, Exists, QuerySet, Value, When
+from django.db.models.constants import OnConflict
 
 from .. import jsoncodec
 from ..errors import (
@@ -29,25 +31,45 @@ from ..errors import (
     error_envelope,
 )
 from ..ids import new_task_id, now_ms
+from ..jsoncodec import check_text, storable
+from ..querysets import one_of
 from ..records import (
-    CONFLICTS,
+    COLUMNS,
+    DEFAULT_CONFLICT,
+    DEFAULT_LEASE_MS,
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_PRIORITY,
+    DEFAULT_QUEUE,
+    JSON_COLUMNS,
     STATUSES,
     TERMINAL_STATUSES,
     TaskRecord,
     TaskStatus,
 )
 from ..schema import PROTOCOL_VERSION
-from ..jsoncodec import check_text, storable
 from ..validators import (
     MAX_CORRELATION_ID_LENGTH,
     MAX_DELAY_MS,
     MAX_KEY_LENGTH,
     MAX_NAME_LENGTH,
     MAX_QUEUE_LENGTH,
+    check_conflict,
     check_int32,
+    check_integer,
     check_label,
 )
-from .dialects import Dialect, dialect_for
+from . import sql, transitions
+from .dialects import RAW_TEXT_COLUMNS, Dialect, dialect_of
+from .expressions import JsonParam, NowMs, RawText, int_param, now_plus, text_param
+from .statements import (
+    Statement,
+    Template,
+    delete_sql,
+    insert_sql,
+    returning_columns,
+    select_sql,
+    update_sql,
+)
 
 try:
     from psycopg import ClientCursor as _ClientCursor
@@ -62,17 +84,6 @@ _LEASE_EXPIRED = jsoncodec.dumps(
         message="task lease expired and max attempts reached",
         retryable=False,
     )
-)
-
-_INSERT_COLUMNS = (
-    "id, name, queue, status, payload, metadata, max_attempts, priority, run_at_ms,"
-    " parent_id, root_id, correlation_id, created_at_ms, updated_at_ms"
-)
-
-# The prepared-spec fields, in _INSERT_COLUMNS order (status and clocks aside).
-_SPEC_COLUMNS = (
-    "id", "name", "queue", "payload", "metadata", "max_attempts", "priority",
-    "delay_ms", "parent_id", "root_id", "correlation_id",
 )
 
 
@@ -90,32 +101,19 @@ def _inserted_record(spec: dict[str, Any], now: int) -> TaskRecord:
     )
 
 
-# Rows per grouped-completion statement on SQLite: 3 parameters each, well
-# under SQLite's 32,766.
-_SQLITE_GROUP_ROWS = 500
+# Rows per multi-row INSERT: 14 values each stays under SQLite's 32,766
+# parameters, and the statement text repeats, so it is compiled once.
+_INSERT_ROWS = 1000
+
+# Rows per grouped-completion statement: 3 parameters each.
+_GROUP_ROWS = 500
 
 # From this many rows a Postgres batch goes through COPY; below it, one
-# INSERT ... unnest() statement costs fewer round trips than COPY's two.
+# multi-row INSERT costs fewer round trips than COPY's two.
 _COPY_MIN_ROWS = 200
 
 _verified_aliases: set[str] = set()
 _verify_lock = threading.Lock()
-
-
-def _in(column: str, values: Sequence[Any], prefix: str, params: dict) -> str:
-    """Return `column = x` or `column IN (...)`, binding each value by name.
-
-    Inlined placeholders rather than an array/json_each parameter: the planner
-    then sees an equality for the common single-queue/single-name case and can
-    read the claim indexes in claim order without a sort.
-    """
-    names = []
-    for i, value in enumerate(values):
-        params[f"{prefix}{i}"] = value
-        names.append(f"%({prefix}{i})s")
-    if len(names) == 1:
-        return f"{column} = {names[0]}"
-    return f"{column} IN ({', '.join(names)})"
 
 
 def _result_json(result: Any) -> str | None:
@@ -143,50 +141,54 @@ def _error_json(error: Any, retryable: bool) -> str:
         )
 
 
-def _fetch_dicts(cursor) -> list[dict[str, Any]]:
-    """The current result set as one dict per row ([] for a statement without rows)."""
-    if cursor.description is None:
-        return []
-    columns = [c[0] for c in cursor.description]
-    return [dict(zip(columns, row)) for row in cursor.fetchall()]
-
-
-def _check_positive(name: str, value: Any, minimum: int = 1) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}.")
-
-
 class Store:
     """Protocol operations on the CairnQ tables of one database alias."""
 
     def __init__(self, using: str) -> None:
         self.using = using
-        self.dialect: Dialect = dialect_for(connections[using].vendor)
-        self._now = self.dialect.now
-        self._row = self.dialect.task_columns()
-        self._row_t = self.dialect.task_columns("t")
+        self.dialect: Dialect = dialect_of(using)
 
     # ---------------------------------------------------------------- plumbing
-    def _rows(self, sql: str, params: dict | None = None) -> list[dict[str, Any]]:
+    def _run(self, statement: Statement, values: dict | None = None, shape: tuple = (),
+             rows: Sequence[dict] = (), now: int | None = None) -> list[tuple]:
         self._verify_protocol()
-        params = self.dialect.bind_now(dict(params or {}))
+        if self.dialect.has_row_locks and not statement.compiled(self.using, shape):
+            # Django compiles select_for_update() only inside a transaction.
+            with transaction.atomic(using=self.using):
+                statement.template(self.using, shape)
+        sql, params = statement.bind(self.using, values or {}, shape, rows, now)
         with connections[self.using].cursor() as cursor:
             cursor.execute(sql, params)
-            return _fetch_dicts(cursor)
+            return cursor.fetchall() if cursor.description is not None else []
 
-    def _tasks(self, sql: str, params: dict | None = None) -> list[TaskRecord]:
-        return [TaskRecord.from_row(row) for row in self._rows(sql, params)]
+    def _tasks(self, statement: Statement, values: dict | None = None, shape: tuple = (),
+               rows: Sequence[dict] = ()) -> list[TaskRecord]:
+        return [_record(row) for row in self._run(statement, values, shape, rows)]
 
-    def _task(self, sql: str, params: dict | None = None) -> TaskRecord | None:
-        rows = self._tasks(sql, params)
-        return rows[0] if rows else None
+    def _task(self, statement: Statement, values: dict | None = None, shape: tuple = ()) -> TaskRecord | None:
+        found = self._tasks(statement, values, shape)
+        return found[0] if found else None
+
+    def _fetch(self, queryset: QuerySet) -> list[TaskRecord]:
+        """Evaluate a task QuerySet of this alias into records, columns read as the codec needs."""
+        self._verify_protocol()
+        sql, params = select_sql(_task_columns(queryset, self.dialect))
+        with connections[self.using].cursor() as cursor:
+            cursor.execute(sql, params)
+            return [_record(row) for row in cursor.fetchall()]
+
+    def tasks(self) -> QuerySet:
+        """The Task QuerySet of this alias (querysets.TaskQuerySet)."""
+        return _tasks_of(self.using)
 
     def clock_ms(self) -> int:
         """Now in epoch ms from the queue's clock: the database's on PostgreSQL, this host's on SQLite."""
         if self.dialect.uses_process_clock:
             return now_ms()
-        with connections[self.using].cursor() as cursor:
-            cursor.execute(f"SELECT {self._now}")
+        connection = connections[self.using]
+        expression, params = NowMs().as_postgresql(None, connection)
+        with connection.cursor() as cursor:
+            cursor.execute(sql.SELECT_VALUE.format(expression=expression), params)
             return int(cursor.fetchone()[0])
 
     def atomic(self):
@@ -200,18 +202,16 @@ class Store:
             if self.using in _verified_aliases:
                 return
             try:
-                with connections[self.using].cursor() as cursor:
-                    cursor.execute(
-                        "SELECT value FROM cairnq_meta WHERE key = 'protocol_version'"
-                    )
-                    row = cursor.fetchone()
+                found = (
+                    _models().ProtocolMeta.objects.using(self.using)
+                    .filter(key="protocol_version").values_list("value", flat=True).first()
+                )
             except Exception as exc:
                 raise CairnQError(
                     f"The CairnQ tables are missing from database {self.using!r}; "
                     f"run `manage.py migrate cairnq_django --database {self.using}`. ({exc})"
                 ) from exc
-            if row is None or str(row[0]).split(".")[0] != str(PROTOCOL_VERSION):
-                found = None if row is None else row[0]
+            if found is None or str(found).split(".")[0] != str(PROTOCOL_VERSION):
                 raise ProtocolVersionMismatch(
                     f"Database {self.using!r} speaks CairnQ protocol_version {found!r}; "
                     f"cairnq_django speaks {PROTOCOL_VERSION}."
@@ -219,11 +219,10 @@ class Store:
             _verified_aliases.add(self.using)
 
     def _lock_key(self, key: str) -> None:
-        # The same advisory lock the other CairnQ implementations take, so
-        # keyed submits from different languages serialize with each other.
         # SQLite needs none: BEGIN IMMEDIATE already holds the write lock.
-        if self.dialect.vendor == "postgresql":
-            self._rows("SELECT pg_advisory_xact_lock(hashtextextended(%(key)s::text, 0))", {"key": key})
+        if self.dialect.has_advisory_locks:
+            with connections[self.using].cursor() as cursor:
+                cursor.execute(sql.LOCK_KEY, [key])
 
     # ------------------------------------------------------------------ submit
     def prepare(
@@ -231,9 +230,9 @@ class Store:
         name: str,
         payload: Any = None,
         *,
-        queue: str = "default",
-        max_attempts: int = 3,
-        priority: int = 0,
+        queue: str = DEFAULT_QUEUE,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        priority: int = DEFAULT_PRIORITY,
         metadata: dict[str, Any] | None = None,
         correlation_id: str | None = None,
         delay_ms: int = 0,
@@ -273,101 +272,28 @@ class Store:
         """Insert prepared tasks; build their records from the specs and the insert's clock.
 
         Only "now" comes back from the database: the rest of each row is what
-        was just written, and reading it back (RETURNING *, decoding JSON a
-        second time) cost about as much as the insert itself in a bulk enqueue.
-        Placeholders are positional: SQLite resolves a named one by a linear
-        scan, so a 500-row statement spent ~90% of its time binding 7,000
-        names; Postgres gets the rows as arrays through unnest(), one short
-        statement to parse and plan whatever the batch size.
+        was just written, and reading it back would decode every JSON value a
+        second time.
         """
         if not specs:
             return []
         self._verify_protocol()
-        with connections[self.using].cursor() as cursor:
-            if self.dialect.vendor == "postgresql":
-                now = self._insert_postgres(cursor, specs)
-            else:
-                now = self._insert_sqlite(cursor, specs)
+        connection = connections[self.using]
+        if (self.dialect.has_copy and len(specs) >= _COPY_MIN_ROWS
+                and connection.in_atomic_block):
+            with connection.cursor() as cursor:
+                copy = getattr(cursor.cursor, "copy", None)  # psycopg 3; psycopg2 has none
+                if copy is not None:
+                    now = self.clock_ms()
+                    sql.copy_rows(copy, specs, now)
+                    return [_inserted_record(spec, now) for spec in specs]
+        now = now_ms() if self.dialect.uses_process_clock else None
+        for start in range(0, len(specs), _INSERT_ROWS):
+            chunk = specs[start : start + _INSERT_ROWS]
+            found = self._run(_INSERT, shape=(len(chunk),), rows=chunk, now=now)
+            if now is None:
+                now = found[0][0]
         return [_inserted_record(spec, now) for spec in specs]
-
-    def _insert_postgres(self, cursor, specs: Sequence[dict[str, Any]]) -> int:
-        if len(specs) >= _COPY_MIN_ROWS and connections[self.using].in_atomic_block:
-            copy = getattr(cursor.cursor, "copy", None)  # psycopg 3; psycopg2 has none
-            if copy is not None:
-                return self._copy_postgres(cursor, copy, specs)
-        # The clock is read once in the FROM clause, so every row (and the
-        # value returned) shares it.
-        if len(specs) == 1:
-            # One row: plain parameters. Dumping eleven one-element arrays
-            # costs psycopg ~100 us, more than the statement saves.
-            cursor.execute(
-                f"INSERT INTO cairnq_tasks ({_INSERT_COLUMNS})"
-                " SELECT %s, %s, %s, 'queued', %s::jsonb, %s::jsonb, %s, %s, c.now + %s,"
-                " %s, %s, %s, c.now, c.now"
-                f" FROM (SELECT {self._now} AS now) c RETURNING created_at_ms",
-                [specs[0][c] for c in _SPEC_COLUMNS],
-            )
-            return cursor.fetchone()[0]
-        columns = [[spec[c] for spec in specs] for c in _SPEC_COLUMNS]
-        cursor.execute(
-            f"INSERT INTO cairnq_tasks ({_INSERT_COLUMNS})"
-            " SELECT u.id, u.name, u.queue, 'queued', u.payload::jsonb, u.metadata::jsonb,"
-            " u.max_attempts, u.priority, c.now + u.delay_ms, u.parent_id, u.root_id,"
-            " u.correlation_id, c.now, c.now"
-            f" FROM (SELECT {self._now} AS now) c, unnest(%s::text[], %s::text[], %s::text[],"
-            " %s::text[], %s::text[], %s::int[], %s::int[], %s::bigint[], %s::text[],"
-            " %s::text[], %s::text[]) AS u(id, name, queue, payload, metadata, max_attempts,"
-            " priority, delay_ms, parent_id, root_id, correlation_id)"
-            " RETURNING created_at_ms",
-            columns,
-        )
-        return cursor.fetchone()[0]
-
-    def _copy_postgres(self, cursor, copy, specs: Sequence[dict[str, Any]]) -> int:
-        """Stream a large batch through COPY: half the cost per row of unnest().
-
-        COPY cannot compute columns, so the database clock is read first, in
-        the same transaction, and every row gets it, as the INSERT would give
-        them. Row triggers (the queued notification) fire for COPY as for
-        INSERT. Only inside a transaction: the clock read and the rows must
-        commit or roll back together with the caller's.
-        """
-        cursor.execute(f"SELECT {self._now}")
-        now = cursor.fetchone()[0]
-        with copy(f"COPY cairnq_tasks ({_INSERT_COLUMNS}) FROM STDIN") as stream:
-            write = stream.write_row
-            for spec in specs:
-                write((
-                    spec["id"], spec["name"], spec["queue"], "queued", spec["payload"],
-                    spec["metadata"], spec["max_attempts"], spec["priority"],
-                    now + spec["delay_ms"], spec["parent_id"], spec["root_id"],
-                    spec["correlation_id"], now, now,
-                ))
-        return now
-
-    def _insert_sqlite(self, cursor, specs: Sequence[dict[str, Any]]) -> int:
-        now = now_ms()
-        # The clock is bound, not inlined, so the statement text repeats and
-        # sqlite3's statement cache skips re-compiling it (~45 us a row);
-        # 1,000 rows x 14 values stays under SQLite's 32,766 parameters.
-        row = "(%s, %s, %s, 'queued', %s, %s, %s, %s, %s + %s, %s, %s, %s, %s, %s)"
-        for start in range(0, len(specs), 1000):
-            chunk = specs[start : start + 1000]
-            params = [
-                value
-                for spec in chunk
-                for value in (
-                    spec["id"], spec["name"], spec["queue"], spec["payload"], spec["metadata"],
-                    spec["max_attempts"], spec["priority"], now, spec["delay_ms"],
-                    spec["parent_id"], spec["root_id"], spec["correlation_id"], now, now,
-                )
-            ]
-            cursor.execute(
-                f"INSERT INTO cairnq_tasks ({_INSERT_COLUMNS}) VALUES "
-                + ", ".join([row] * len(chunk)),
-                params,
-            )
-        return now
 
     def submit(
         self,
@@ -375,10 +301,10 @@ class Store:
         payload: Any = None,
         *,
         key: str | None = None,
-        queue: str = "default",
-        conflict: str = "reuse",
-        max_attempts: int = 3,
-        priority: int = 0,
+        queue: str = DEFAULT_QUEUE,
+        conflict: str = DEFAULT_CONFLICT,
+        max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+        priority: int = DEFAULT_PRIORITY,
         metadata: dict[str, Any] | None = None,
         correlation_id: str | None = None,
         delay_ms: int = 0,
@@ -386,10 +312,7 @@ class Store:
         root_id: str | None = None,
     ) -> TaskRecord:
         """Insert a queued task, resolving a business key by the conflict strategy."""
-        if conflict not in CONFLICTS:
-            raise ValueError(
-                f"Unknown conflict strategy {conflict!r}; use one of {', '.join(CONFLICTS)}."
-            )
+        check_conflict(conflict)
         check_label("key", key, MAX_KEY_LENGTH, optional=True)
         spec = self.prepare(
             name, payload, queue=queue, max_attempts=max_attempts, priority=priority,
@@ -399,7 +322,7 @@ class Store:
         return self.submit_prepared(spec, key=key, conflict=conflict)
 
     def submit_prepared(
-        self, spec: dict[str, Any], *, key: str | None = None, conflict: str = "reuse"
+        self, spec: dict[str, Any], *, key: str | None = None, conflict: str = DEFAULT_CONFLICT
     ) -> TaskRecord:
         """Write a task validated by `prepare`."""
         if key is None:
@@ -409,11 +332,7 @@ class Store:
 
     def _submit_keyed(self, spec: dict[str, Any], key: str, conflict: str) -> TaskRecord:
         self._lock_key(key)
-        current = self._task(
-            f"SELECT {self._row_t} FROM cairnq_task_keys k JOIN cairnq_tasks t"
-            " ON t.id = k.task_id WHERE k.key = %(key)s",
-            {"key": key},
-        )
+        current = self._task(_BY_KEY, {"key": key})
         # A purged task takes its key row with it (ON DELETE CASCADE), so
         # "no current task" covers both a fresh key and a freed one.
         if current is not None:
@@ -425,15 +344,9 @@ class Store:
             ):
                 return current
             if not current.is_terminal:
-                self._cancel_sql(current.id)
+                self._cancel(current.id)
         task = self._insert([spec])[0]
-        self._rows(
-            "INSERT INTO cairnq_task_keys (key, task_id, created_at_ms, updated_at_ms)"
-            f" VALUES (%(key)s, %(task_id)s, {self._now}, {self._now})"
-            " ON CONFLICT (key) DO UPDATE SET task_id = excluded.task_id,"
-            " updated_at_ms = excluded.updated_at_ms",
-            {"key": key, "task_id": task.id},
-        )
+        self._run(_POINT_KEY, {"key": key, "task_id": task.id})
         return task
 
     def submit_many(
@@ -448,7 +361,7 @@ class Store:
         `keys` gives a (key, conflict) pair per spec; unkeyed specs are inserted
         in multi-row statements, keyed ones one by one under their key lock.
         """
-        keys = keys or [(None, "reuse")] * len(specs)
+        keys = keys or [(None, DEFAULT_CONFLICT)] * len(specs)
         results: list[TaskRecord | None] = [None] * len(specs)
         plain = [i for i, (key, _) in enumerate(keys) if key is None]
         with self.atomic():
@@ -464,28 +377,18 @@ class Store:
 
     # ------------------------------------------------------------------- reads
     def get(self, task_id: str) -> TaskRecord | None:
-        return self._task(
-            f"SELECT {self._row} FROM cairnq_tasks WHERE id = %(id)s", {"id": task_id}
-        )
+        return self._task(_GET, {"id": task_id})
 
     def get_by_key(self, key: str) -> TaskRecord | None:
-        return self._task(
-            f"SELECT {self._row_t} FROM cairnq_task_keys k JOIN cairnq_tasks t"
-            " ON t.id = k.task_id WHERE k.key = %(key)s",
-            {"key": key},
-        )
+        return self._task(_BY_KEY, {"key": key})
 
     def get_status(self, task_id: str) -> TaskStatus | None:
-        rows = self._rows("SELECT id, status FROM cairnq_tasks WHERE id = %(id)s", {"id": task_id})
-        return TaskStatus(**rows[0]) if rows else None
+        rows = self._run(_STATUS, {"id": task_id})
+        return TaskStatus(id=rows[0][0], status=rows[0][1]) if rows else None
 
     def get_status_by_key(self, key: str) -> TaskStatus | None:
-        rows = self._rows(
-            "SELECT t.id, t.status FROM cairnq_task_keys k JOIN cairnq_tasks t"
-            " ON t.id = k.task_id WHERE k.key = %(key)s",
-            {"key": key},
-        )
-        return TaskStatus(**rows[0]) if rows else None
+        rows = self._run(_STATUS_BY_KEY, {"key": key})
+        return TaskStatus(id=rows[0][0], status=rows[0][1]) if rows else None
 
     def list(
         self,
@@ -500,98 +403,63 @@ class Store:
     ) -> list[TaskRecord]:
         if status is not None and status not in STATUSES:
             raise ValueError(f"Unknown status {status!r}; use one of {', '.join(STATUSES)}.")
-        _check_positive("limit", limit, 0)
-        _check_positive("offset", offset, 0)
-        params: dict[str, Any] = {"limit": limit, "offset": offset}
-        where = []
-        for column, value in (
-            ("status", status), ("queue", queue), ("name", name),
-            ("root_id", root_id), ("correlation_id", correlation_id),
-        ):
-            if value is not None:
-                where.append(f"{column} = %({column})s")
-                params[column] = value
-        clause = f" WHERE {' AND '.join(where)}" if where else ""
-        return self._tasks(
-            f"SELECT {self._row} FROM cairnq_tasks{clause}"
-            " ORDER BY created_at_ms DESC, id DESC LIMIT %(limit)s OFFSET %(offset)s",
-            params,
-        )
+        check_integer("limit", limit, minimum=0)
+        check_integer("offset", offset, minimum=0)
+        filters = {
+            field: value
+            for field, value in (
+                ("status", status), ("queue", queue), ("name", name),
+                ("root_id", root_id), ("correlation_id", correlation_id),
+            )
+            if value is not None
+        }
+        if limit == 0:
+            return []
+        return self._fetch(self.tasks().filter(**filters).newest_first()[offset : offset + limit])
 
     def stats(self, queue: str | None = None) -> dict[str, dict[str, int]]:
-        params: dict[str, Any] = {}
-        clause = ""
-        if queue is not None:
-            clause = " WHERE queue = %(queue)s"
-            params["queue"] = queue
-        rows = self._rows(
-            f"SELECT queue, status, count(*) AS n FROM cairnq_tasks{clause} GROUP BY queue, status",
-            params,
-        )
+        self._verify_protocol()
+        tasks = self.tasks() if queue is None else self.tasks().filter(queue=queue)
         result: dict[str, dict[str, int]] = {}
         if queue is not None:
             result[queue] = dict.fromkeys(STATUSES, 0)
-        for row in rows:
+        for row in tasks.order_by().values("queue", "status").annotate(n=Count("*")):
             result.setdefault(row["queue"], dict.fromkeys(STATUSES, 0))[row["status"]] = int(row["n"])
         return dict(sorted(result.items()))
 
     def queue_depth(self, queue: str, max_depth: int) -> int:
         """Headroom under max_depth queued tasks, reading at most max_depth rows."""
-        _check_positive("max_depth", max_depth)
-        rows = self._rows(
-            "SELECT count(*) AS n FROM (SELECT 1 FROM cairnq_tasks"
-            " WHERE queue = %(queue)s AND status = 'queued' LIMIT %(max_depth)s) probe",
-            {"queue": queue, "max_depth": max_depth},
-        )
-        return max(0, max_depth - int(rows[0]["n"]))
+        check_integer("max_depth", max_depth)
+        self._verify_protocol()
+        queued = self.tasks().filter(queue=queue, status="queued").order_by()[:max_depth]
+        return max(0, max_depth - queued.count())
 
     # ---------------------------------------------------------------- control
-    def _cancel_sql(self, task_id: str) -> TaskRecord | None:
-        now = self._now
-        return self._task(
-            "UPDATE cairnq_tasks SET"
-            " status = CASE WHEN status = 'queued' THEN 'canceled' ELSE status END,"
-            f" cancel_requested_at_ms = CASE WHEN status = 'running' THEN {now}"
-            " ELSE cancel_requested_at_ms END,"
-            f" completed_at_ms = CASE WHEN status = 'queued' THEN {now} ELSE completed_at_ms END,"
-            f" updated_at_ms = {now}"
-            f" WHERE id = %(id)s AND status IN ('queued', 'running') RETURNING {self._row}",
-            {"id": task_id},
-        )
+    def _cancel(self, task_id: str) -> TaskRecord | None:
+        return self._task(_CANCEL, {"id": task_id})
 
-    def _retry_sql(self, task_id: str, reset_attempt: bool) -> TaskRecord | None:
-        now = self._now
-        return self._task(
-            "UPDATE cairnq_tasks SET status = 'queued', error = NULL, worker_id = NULL,"
-            f" lease_until_ms = NULL, run_at_ms = {now}, cancel_requested_at_ms = NULL,"
-            " completed_at_ms = NULL, progress = NULL, message = NULL,"
-            " attempt = CASE WHEN %(reset)s THEN 0 ELSE attempt END,"
-            f" updated_at_ms = {now}"
-            f" WHERE id = %(id)s AND status IN ('failed', 'canceled') RETURNING {self._row}",
-            {"id": task_id, "reset": bool(reset_attempt)},
-        )
+    def _retry(self, task_id: str, reset_attempt: bool) -> TaskRecord | None:
+        return self._task(_RETRY, {"id": task_id, "reset": bool(reset_attempt)})
 
     def cancel(self, task_id: str) -> TaskRecord | None:
         """queued -> canceled; running -> cancel requested. None if neither applies."""
-        return self._cancel_sql(task_id)
+        return self._cancel(task_id)
 
     def retry(self, task_id: str, *, reset_attempt: bool = False) -> TaskRecord | None:
         """failed/canceled -> queued. None if the task is not in one of those states."""
-        return self._retry_sql(task_id, reset_attempt)
+        return self._retry(task_id, reset_attempt)
 
     def _by_key(self, key: str, action) -> TaskRecord | None:
         with self.atomic():
             self._lock_key(key)
-            rows = self._rows(
-                "SELECT task_id FROM cairnq_task_keys WHERE key = %(key)s", {"key": key}
-            )
-            return action(rows[0]["task_id"]) if rows else None
+            rows = self._run(_KEY_TARGET, {"key": key})
+            return action(rows[0][0]) if rows else None
 
     def cancel_by_key(self, key: str) -> TaskRecord | None:
-        return self._by_key(key, self._cancel_sql)
+        return self._by_key(key, self._cancel)
 
     def retry_by_key(self, key: str, *, reset_attempt: bool = False) -> TaskRecord | None:
-        return self._by_key(key, lambda task_id: self._retry_sql(task_id, reset_attempt))
+        return self._by_key(key, lambda task_id: self._retry(task_id, reset_attempt))
 
     def purge(
         self,
@@ -603,31 +471,25 @@ class Store:
         limit: int = 1000,
     ) -> list[str]:
         """Delete up to `limit` terminal tasks completed over older_than_ms ago, oldest first."""
-        _check_positive("older_than_ms", older_than_ms, 0)
-        _check_positive("limit", limit)
+        check_integer("older_than_ms", older_than_ms, minimum=0)
+        check_integer("limit", limit)
         if status is not None and status not in TERMINAL_STATUSES:
             raise ValueError(
                 f"purge only deletes finished tasks; status must be one of "
                 f"{', '.join(TERMINAL_STATUSES)}, not {status!r}."
             )
-        params: dict[str, Any] = {"older_than_ms": older_than_ms, "limit": limit}
-        # The literal terminal-status list matches the partial purge index's predicate.
-        where = ["status IN ('succeeded', 'failed', 'canceled')"]
-        for column, value in (("queue", queue), ("status", status), ("name", name)):
-            if value is not None:
-                where.append(f"{column} = %({column})s")
-                params[column] = value
-        where.append("completed_at_ms IS NOT NULL")
-        where.append(f"completed_at_ms < {self._now} - %(older_than_ms)s")
-        rows = self._rows(
-            "DELETE FROM cairnq_tasks WHERE id IN (SELECT id FROM cairnq_tasks"
-            f" WHERE {' AND '.join(where)} ORDER BY completed_at_ms ASC LIMIT %(limit)s"
-            f"{self.dialect.skip_locked}) RETURNING id, completed_at_ms",
-            params,
-        )
+        values = {"older_than_ms": older_than_ms, "queue": queue, "status": status, "name": name}
+        shape = (limit, queue is not None, status is not None, name is not None)
+        rows = self._run(_PURGE, values, shape)
         # RETURNING follows the delete's scan order, not the subselect's ORDER BY.
-        rows.sort(key=lambda row: (row["completed_at_ms"], row["id"]))
-        return [row["id"] for row in rows]
+        rows.sort(key=lambda row: (row[1], row[0]))
+        return [row[0] for row in rows]
+
+    def count_purgeable(self, *, older_than_ms: int = 0, queue: str | None = None,
+                        status: str | None = None, name: str | None = None) -> int:
+        """How many tasks purge() with these arguments would delete, all batches together."""
+        self._verify_protocol()
+        return self.tasks().purgeable(older_than_ms, queue=queue, status=status, name=name).count()
 
     def purge_ids(self, task_ids: Sequence[str], *, chunk_size: int = 500) -> list[str]:
         """Delete the finished tasks among `task_ids`, keeping live ones; return the deleted ids.
@@ -635,18 +497,12 @@ class Store:
         Each chunk is its own short statement, so a large selection never holds
         the write lock for long.
         """
-        _check_positive("chunk_size", chunk_size)
+        check_integer("chunk_size", chunk_size)
         task_ids = list(dict.fromkeys(task_ids))
         deleted: list[str] = []
         for start in range(0, len(task_ids), chunk_size):
-            params: dict[str, Any] = {}
-            ids = _in("id", task_ids[start : start + chunk_size], "i", params)
-            rows = self._rows(
-                f"DELETE FROM cairnq_tasks WHERE {ids}"
-                " AND status IN ('succeeded', 'failed', 'canceled') RETURNING id",
-                params,
-            )
-            deleted += [row["id"] for row in rows]
+            chunk = [{"id": task_id} for task_id in task_ids[start : start + chunk_size]]
+            deleted += [row[0] for row in self._run(_PURGE_IDS, shape=(len(chunk),), rows=chunk)]
         return deleted
 
     # ------------------------------------------------------------------ worker
@@ -654,69 +510,22 @@ class Store:
         """Read-only probe: is there due work (or an expired lease) worth a claim?"""
         if names is not None and not names:
             return False
-        params: dict[str, Any] = {}
-        queued = ["status = 'queued'", _in("queue", list(queues), "q", params)]
-        if names is not None:
-            queued.append(_in("name", list(names), "n", params))
-        queued.append(f"run_at_ms <= {self._now}")
-        rows = self._rows(
-            f"SELECT EXISTS (SELECT 1 FROM cairnq_tasks WHERE {' AND '.join(queued)}) AS work,"
-            " EXISTS (SELECT 1 FROM cairnq_tasks WHERE status = 'running'"
-            f" AND lease_until_ms IS NOT NULL AND lease_until_ms <= {self._now}) AS expired",
-            params,
+        rows = self._run(
+            _HAS_CLAIMABLE, _draw_values(queues, names),
+            (len(queues), None if names is None else len(names)),
         )
-        return bool(rows[0]["work"]) or bool(rows[0]["expired"])
+        return bool(rows) and (bool(rows[0][0]) or bool(rows[0][1]))
 
     def recover_leases(self) -> list[TaskRecord]:
         """Settle every task whose lease expired; run inside the claim transaction."""
-        return self._tasks(self._recover_sql() + f" RETURNING {self._row}", {"lease_error": _LEASE_EXPIRED})
-
-    def _recover_sql(self) -> str:
-        now = self._now
-        requeue = "cancel_requested_at_ms IS NULL AND attempt < max_attempts"
-        j = self.dialect.json.format(name="lease_error")
-        return (
-            "UPDATE cairnq_tasks SET"
-            " status = CASE WHEN cancel_requested_at_ms IS NOT NULL THEN 'canceled'"
-            " WHEN attempt < max_attempts THEN 'queued' ELSE 'failed' END,"
-            f" worker_id = CASE WHEN {requeue} THEN NULL ELSE worker_id END,"
-            " lease_until_ms = NULL,"
-            f" run_at_ms = CASE WHEN {requeue} THEN {now} ELSE run_at_ms END,"
-            " error = CASE WHEN cancel_requested_at_ms IS NULL AND attempt >= max_attempts"
-            f" THEN {j} ELSE error END,"
-            f" completed_at_ms = CASE WHEN {requeue} THEN completed_at_ms ELSE {now} END,"
-            f" progress = CASE WHEN {requeue} THEN NULL ELSE progress END,"
-            f" message = CASE WHEN {requeue} THEN NULL ELSE message END,"
-            f" updated_at_ms = {now}"
-            " WHERE id IN (SELECT id FROM cairnq_tasks WHERE status = 'running'"
-            f" AND lease_until_ms IS NOT NULL AND lease_until_ms <= {now}"
-            f"{self.dialect.skip_locked})"
-        )
-
-    def _claim_sql(
-        self, queues: Sequence[str], names: Sequence[str] | None, params: dict
-    ) -> str:
-        now = self._now
-        where = ["status = 'queued'", _in("queue", list(queues), "q", params)]
-        if names is not None:
-            where.append(_in("name", list(names), "n", params))
-        where.append(f"run_at_ms <= {now}")
-        return (
-            "UPDATE cairnq_tasks SET status = 'running', worker_id = %(worker_id)s,"
-            f" lease_until_ms = {now} + %(lease_ms)s, attempt = attempt + 1,"
-            f" updated_at_ms = {now}"
-            " WHERE id IN (SELECT id FROM cairnq_tasks"
-            f" WHERE {' AND '.join(where)}"
-            " ORDER BY priority DESC, run_at_ms ASC, id ASC LIMIT %(limit)s"
-            f"{self.dialect.skip_locked}) RETURNING {self._row}"
-        )
+        return self._tasks(_RECOVER, {"lease_error": _LEASE_EXPIRED})
 
     def claim(
         self,
         *,
         queues: Sequence[str],
         worker_id: str,
-        lease_ms: int = 30000,
+        lease_ms: int = DEFAULT_LEASE_MS,
         limit: int = 1,
         names: Sequence[str] | None = None,
         draws: Iterable[tuple[Sequence[str] | None, int]] | None = None,
@@ -730,15 +539,15 @@ class Store:
             queues = [queues]
         if not queues:
             raise ValueError("claim needs at least one queue.")
-        _check_positive("lease_ms", lease_ms)
-        _check_positive("limit", limit, 0)
+        check_integer("lease_ms", lease_ms)
+        check_integer("limit", limit, minimum=0)
         plan = [
             (draw_names, draw_limit)
             for draw_names, draw_limit in (list(draws) if draws is not None else [(names, limit)])
             if draw_limit > 0 and (draw_names is None or draw_names)
         ]
         claimed = None
-        if self.dialect.vendor == "postgresql" and len(plan) == 1:
+        if self.dialect.has_row_locks and len(plan) == 1:
             claimed = self._claim_one_round_trip(queues, worker_id, lease_ms, *plan[0])
         if claimed is None:
             claimed = self._claim_in_transaction(queues, worker_id, lease_ms, plan)
@@ -750,8 +559,8 @@ class Store:
         with self.atomic():
             self.recover_leases()
             for draw_names, draw_limit in plan:  # already free of empty draws
-                params = {"worker_id": worker_id, "lease_ms": lease_ms, "limit": draw_limit}
-                claimed += self._tasks(self._claim_sql(queues, draw_names, params), params)
+                values = {"worker_id": worker_id, "lease_ms": lease_ms, **_draw_values(queues, draw_names)}
+                claimed += self._tasks(_CLAIM, values, _claim_shape(queues, draw_names, draw_limit))
         return claimed
 
     def _claim_one_round_trip(
@@ -775,55 +584,48 @@ class Store:
         connection = connections[self.using]
         if connection.in_atomic_block:
             return None
-        params = {
-            "worker_id": worker_id, "lease_ms": lease_ms, "limit": limit,
-            "lease_error": _LEASE_EXPIRED,
+        values = {
+            "worker_id": worker_id, "lease_ms": lease_ms, "lease_error": _LEASE_EXPIRED,
+            **_draw_values(queues, names),
         }
-        claim = self._claim_sql(queues, names, params)
+        shape = _claim_shape(queues, names, limit)
         self._verify_protocol()
         with connection.cursor() as cursor:
             if not isinstance(cursor.cursor, _ClientCursor):
                 return None
-            cursor.execute(f"{self._recover_sql()}; {claim}", params)
+            if not _CLAIM.compiled(self.using, shape):
+                with transaction.atomic(using=self.using):
+                    _RECOVER.template(self.using)
+                    _CLAIM.template(self.using, shape)
+            recover, recover_params = _RECOVER.bind(self.using, values)
+            claim, claim_params = _CLAIM.bind(self.using, values, shape)
+            cursor.execute(f"{recover}; {claim}", recover_params + claim_params)
             cursor.nextset()
-            return [TaskRecord.from_row(row) for row in _fetch_dicts(cursor)]
+            return [_record(row) for row in cursor.fetchall()]
 
-    def _owned(self, set_clause: str, task_id: str, worker_id: str, params: dict) -> TaskRecord:
-        params.update(id=task_id, worker_id=worker_id)
-        task = self._task(
-            f"UPDATE cairnq_tasks SET {set_clause}, updated_at_ms = {self._now}"
-            " WHERE id = %(id)s AND status = 'running' AND worker_id = %(worker_id)s"
-            f" AND lease_until_ms > {self._now} RETURNING {self._row}",
-            params,
-        )
+    def _owned(self, statement: Statement, task_id: str, worker_id: str, values: dict) -> TaskRecord:
+        values.update(id=task_id, worker_id=worker_id)
+        task = self._task(statement, values)
         if task is None:
             raise LostLease(task_id)
         return task
 
     def heartbeat(self, task_id: str, worker_id: str, lease_ms: int) -> TaskRecord:
-        _check_positive("lease_ms", lease_ms)
-        return self._owned(
-            f"lease_until_ms = {self._now} + %(lease_ms)s", task_id, worker_id,
-            {"lease_ms": lease_ms},
-        )
+        check_integer("lease_ms", lease_ms)
+        return self._owned(_RENEW, task_id, worker_id, {"lease_ms": lease_ms})
 
     def heartbeat_batch(
         self, task_ids: Sequence[str], worker_id: str, lease_ms: int
     ) -> dict[str, bool]:
         """Renew every lease still held; answer {id: cancel_requested} for those rows."""
-        _check_positive("lease_ms", lease_ms)
+        check_integer("lease_ms", lease_ms)
         if not task_ids:
             return {}
-        params: dict[str, Any] = {"worker_id": worker_id, "lease_ms": lease_ms}
-        ids = _in("id", list(task_ids), "i", params)
-        rows = self._rows(
-            f"UPDATE cairnq_tasks SET lease_until_ms = {self._now} + %(lease_ms)s,"
-            f" updated_at_ms = {self._now}"
-            f" WHERE {ids} AND status = 'running' AND worker_id = %(worker_id)s"
-            f" AND lease_until_ms > {self._now} RETURNING id, cancel_requested_at_ms",
-            params,
+        rows = self._run(
+            _RENEW_MANY, {"worker_id": worker_id, "lease_ms": lease_ms}, (len(task_ids),),
+            [{"id": task_id} for task_id in task_ids],
         )
-        held = {row["id"]: row["cancel_requested_at_ms"] is not None for row in rows}
+        held = {task_id: cancel_at is not None for task_id, cancel_at in rows}
         return {task_id: held[task_id] for task_id in task_ids if task_id in held}
 
     def progress(
@@ -844,34 +646,16 @@ class Store:
                 raise ValueError(f"message must be a string, got {message!r}.")
             check_text(message, what="progress message")
         return self._owned(
-            "progress = COALESCE(%(progress)s, progress), message = COALESCE(%(message)s, message)",
-            task_id, worker_id, {"progress": progress, "message": message},
+            _PROGRESS, task_id, worker_id, {"progress": progress, "message": message}
         )
 
     def succeed(self, task_id: str, worker_id: str, result: Any = None) -> TaskRecord:
         """running -> succeeded with result (ignores a pending cancel; see complete)."""
-        j = self.dialect.json.format(name="result")
-        return self._owned(
-            f"status = 'succeeded', result = {j}, progress = 1.0, lease_until_ms = NULL,"
-            f" completed_at_ms = {self._now}",
-            task_id, worker_id, {"result": _result_json(result)},
-        )
-
-    def _complete_set(self, result_sql: str | None = None) -> str:
-        j = result_sql or self.dialect.json.format(name="result")
-        cancel = "cancel_requested_at_ms IS NOT NULL"
-        return (
-            f"status = CASE WHEN {cancel} THEN 'canceled' ELSE 'succeeded' END,"
-            f" result = CASE WHEN {cancel} THEN result ELSE {j} END,"
-            f" progress = CASE WHEN {cancel} THEN progress ELSE 1.0 END,"
-            f" lease_until_ms = NULL, completed_at_ms = {self._now}"
-        )
+        return self._owned(_SUCCEED, task_id, worker_id, {"result": _result_json(result)})
 
     def complete(self, task_id: str, worker_id: str, result: Any = None) -> TaskRecord:
         """Finish a run: succeeded with result, or canceled if a cancel is pending."""
-        return self._owned(
-            self._complete_set(), task_id, worker_id, {"result": _result_json(result)}
-        )
+        return self._owned(_COMPLETE, task_id, worker_id, {"result": _result_json(result)})
 
     @staticmethod
     def encode_result(result: Any) -> str | None:
@@ -890,52 +674,19 @@ class Store:
         """
         if not items:
             return []
-        if self.dialect.vendor == "postgresql":
-            rows = self._complete_many_postgres(items)
-        else:
-            rows = []
-            with self.atomic():
-                for start in range(0, len(items), _SQLITE_GROUP_ROWS):
-                    rows += self._complete_many_sqlite(items[start : start + _SQLITE_GROUP_ROWS])
+        by_owner: dict[str, list[dict[str, Any]]] = {}
+        for task_id, worker_id, result_json in items:
+            by_owner.setdefault(worker_id, []).append({"id": task_id, "result": result_json})
+        rows: list[TaskRecord] = []
+        with self.atomic():
+            for worker_id, group in by_owner.items():
+                for start in range(0, len(group), _GROUP_ROWS):
+                    chunk = group[start : start + _GROUP_ROWS]
+                    rows += self._tasks(
+                        _COMPLETE_MANY, {"worker_id": worker_id}, (len(chunk),), chunk
+                    )
         by_id = {row.id: row for row in rows}
         return [by_id.get(task_id) for task_id, _, _ in items]
-
-    def _complete_many_sqlite(
-        self, items: Sequence[tuple[str, str, str | None]]
-    ) -> list[TaskRecord]:
-        # One UPDATE ... FROM a VALUES list (SQLite 3.33+): a statement per
-        # row spent more in Django's cursor than in SQLite.
-        params: dict[str, Any] = {}
-        values = []
-        for i, (task_id, worker_id, result_json) in enumerate(items):
-            params[f"i{i}"], params[f"w{i}"], params[f"r{i}"] = task_id, worker_id, result_json
-            values.append(f"(%(i{i})s, %(w{i})s, %(r{i})s)")
-        return self._tasks(
-            f"UPDATE cairnq_tasks SET {self._complete_set('u.result_json')},"
-            f" updated_at_ms = {self._now}"
-            " FROM (SELECT column1 AS task_id, column2 AS owner, column3 AS result_json"
-            f" FROM (VALUES {', '.join(values)})) AS u"
-            " WHERE id = u.task_id AND status = 'running' AND worker_id = u.owner"
-            f" AND lease_until_ms > {self._now} RETURNING {self._row}",
-            params,
-        )
-
-    def _complete_many_postgres(
-        self, items: Sequence[tuple[str, str, str | None]]
-    ) -> list[TaskRecord]:
-        # One UPDATE joined to the group as arrays: one round trip and, in
-        # autocommit, one commit for the whole group.
-        ids, owners, results = (list(column) for column in zip(*items))
-        now = self._now
-        return self._tasks(
-            f"UPDATE cairnq_tasks SET {self._complete_set('u.result_json::jsonb')},"
-            f" updated_at_ms = c.now FROM (SELECT {now} AS now) c,"
-            " unnest(%(ids)s::text[], %(owners)s::text[], %(results)s::text[])"
-            " AS u(task_id, owner, result_json)"
-            " WHERE id = u.task_id AND status = 'running' AND worker_id = u.owner"
-            f" AND lease_until_ms > c.now RETURNING {self.dialect.task_columns('cairnq_tasks')}",
-            {"ids": ids, "owners": owners, "results": results},
-        )
 
     def fail(
         self,
@@ -946,7 +697,7 @@ class Store:
         delay_ms: int = 0,
     ) -> TaskRecord:
         """Requeue (retryable, attempts left), fail terminally, or cancel if requested."""
-        _check_positive("delay_ms", delay_ms, 0)
+        check_integer("delay_ms", delay_ms, minimum=0)
         if isinstance(error, BaseException):
             error = error_envelope(
                 type=type(error).__name__, code="handler_error", message=str(error),
@@ -956,26 +707,205 @@ class Store:
             error = error_envelope(
                 type="Error", code="handler_error", message=error, retryable=retryable
             )
-        now = self._now
-        j = self.dialect.json.format(name="error")
-        requeue = "cancel_requested_at_ms IS NULL AND %(retryable)s AND attempt < max_attempts"
         return self._owned(
-            "status = CASE WHEN cancel_requested_at_ms IS NOT NULL THEN 'canceled'"
-            " WHEN %(retryable)s AND attempt < max_attempts THEN 'queued' ELSE 'failed' END,"
-            f" error = {j},"
-            f" worker_id = CASE WHEN {requeue} THEN NULL ELSE worker_id END,"
-            " lease_until_ms = NULL,"
-            f" run_at_ms = CASE WHEN {requeue} THEN {now} + %(delay_ms)s ELSE run_at_ms END,"
-            f" completed_at_ms = CASE WHEN {requeue} THEN NULL ELSE {now} END,"
-            f" progress = CASE WHEN {requeue} THEN NULL ELSE progress END,"
-            f" message = CASE WHEN {requeue} THEN NULL ELSE message END",
-            task_id, worker_id,
-            {
-                "error": _error_json(error, retryable),
-                "retryable": bool(retryable),
-                "delay_ms": delay_ms,
-            },
+            _FAIL, task_id, worker_id,
+            {"error": _error_json(error, retryable), "retryable": bool(retryable), "delay_ms": delay_ms},
         )
+
+
+# ------------------------------------------------------------- the statements
+# The models are imported on first use: the package's __init__ imports the
+# store before Django's app registry is ready.
+def _models():
+    from .. import models
+
+    return models
+
+
+def _tasks_of(using: str) -> QuerySet:
+    return _models().Task.objects.using(using)
+
+
+def _task_columns(queryset: QuerySet, dialect: Dialect) -> QuerySet:
+    """The whole row, every JSON and free-text column raw, for the codec to decode."""
+    return queryset.values_list(
+        *(RawText(c) if c in RAW_TEXT_COLUMNS or c in JSON_COLUMNS else c for c in COLUMNS)
+    )
+
+
+def _record(row: Sequence[Any]) -> TaskRecord:
+    return TaskRecord.from_row(dict(zip(COLUMNS, row)))
+
+
+def _texts(name: str, count: int) -> list:
+    return [text_param(f"{name}{i}") for i in range(count)]
+
+
+def _draw_values(queues: Sequence[str], names: Sequence[str] | None) -> dict[str, Any]:
+    values = {f"q{i}": queue for i, queue in enumerate(queues)}
+    values.update({f"n{i}": name for i, name in enumerate(names or ())})
+    return values
+
+
+def _claim_shape(queues, names, limit: int) -> tuple:
+    return (len(queues), None if names is None else len(names), limit)
+
+
+def _claimable(using: str, queues: int, names: int | None) -> QuerySet:
+    return _tasks_of(using).claimable(
+        _texts("q", queues), None if names is None else _texts("n", names)
+    )
+
+
+def _returning_row(queryset: QuerySet, values: dict) -> Template:
+    return update_sql(queryset, values, returning_columns(queryset.db))
+
+
+def _owned_update(transition) -> Statement:
+    return Statement(lambda using: _returning_row(
+        _tasks_of(using).filter(id=text_param("id")).owned(text_param("worker_id")), transition()
+    ))
+
+
+def _build_insert(using: str, count: int) -> Template:
+    fields = ("id", "name", "queue", "status", "payload", "metadata", "max_attempts",
+              "priority", "run_at_ms", "parent_id", "root_id", "correlation_id",
+              "created_at_ms", "updated_at_ms")
+    Task = _models().Task
+    rows = [
+        Task(
+            id=text_param("id", i), name=text_param("name", i), queue=text_param("queue", i),
+            status=Value("queued"), payload=JsonParam("payload", i),
+            metadata=JsonParam("metadata", i), max_attempts=int_param("max_attempts", i),
+            priority=int_param("priority", i), run_at_ms=now_plus(int_param("delay_ms", i)),
+            parent_id=text_param("parent_id", i), root_id=text_param("root_id", i),
+            correlation_id=text_param("correlation_id", i),
+            created_at_ms=NowMs(), updated_at_ms=NowMs(),
+        )
+        for i in range(count)
+    ]
+    # The clock comes back so records need not be read back; SQLite's is this process's.
+    returning = () if dialect_of(using).uses_process_clock else ("created_at_ms",)
+    return insert_sql(Task, fields, rows, using, returning=returning)
+
+
+def _build_point_key(using: str) -> Template:
+    TaskKey = _models().TaskKey
+    key = TaskKey(key=text_param("key"), task_id=text_param("task_id"),
+                  created_at_ms=NowMs(), updated_at_ms=NowMs())
+    return insert_sql(
+        TaskKey, ("key", "task_id", "created_at_ms", "updated_at_ms"), [key], using,
+        on_conflict=OnConflict.UPDATE, update_fields=("task", "updated_at_ms"),
+        unique_fields=("key",),
+    )
+
+
+def _build_purge(using: str, limit: int, queue: bool, status: bool, name: bool) -> Template:
+    doomed = (
+        _tasks_of(using)
+        .purgeable(
+            int_param("older_than_ms"),
+            queue=text_param("queue") if queue else None,
+            status=text_param("status") if status else None,
+            name=text_param("name") if name else None,
+        )
+        .oldest_completed_first()
+        .values("id")[:limit]
+        .select_for_update(skip_locked=True)
+    )
+    quote = connections[using].ops.quote_name
+    return delete_sql(
+        _tasks_of(using).filter(id__in=doomed), f"{quote('id')}, {quote('completed_at_ms')}"
+    )
+
+
+def _build_purge_ids(using: str, count: int) -> Template:
+    ids = [text_param("id", i) for i in range(count)]
+    return delete_sql(
+        _tasks_of(using).filter(one_of("id", ids)).terminal(),
+        connections[using].ops.quote_name("id"),
+    )
+
+
+def _build_has_claimable(using: str, queues: int, names: int | None) -> Template:
+    probe = (
+        _models().ProtocolMeta.objects.using(using)
+        .filter(key="protocol_version")
+        .annotate(
+            work=Exists(_claimable(using, queues, names).order_by()),
+            expired=Exists(_tasks_of(using).expired_leases()),
+        )
+        .values_list("work", "expired")
+    )
+    return select_sql(probe)
+
+
+def _build_claim(using: str, queues: int, names: int | None, limit: int) -> Template:
+    chosen = (
+        _claimable(using, queues, names).values("id")[:limit].select_for_update(skip_locked=True)
+    )
+    return _returning_row(_tasks_of(using).filter(id__in=chosen), transitions.claim())
+
+
+def _build_recover(using: str) -> Template:
+    expired = _tasks_of(using).expired_leases().values("id").select_for_update(skip_locked=True)
+    return _returning_row(_tasks_of(using).filter(id__in=expired), transitions.recover_lease())
+
+
+def _build_renew_many(using: str, count: int) -> Template:
+    ids = [text_param("id", i) for i in range(count)]
+    quote = connections[using].ops.quote_name
+    return update_sql(
+        _tasks_of(using).filter(one_of("id", ids)).owned(text_param("worker_id")),
+        transitions.renew(), f"{quote('id')}, {quote('cancel_requested_at_ms')}",
+    )
+
+
+def _build_complete_many(using: str, count: int) -> Template:
+    ids = [text_param("id", i) for i in range(count)]
+    result = Case(*(When(id=ids[i], then=JsonParam("result", i)) for i in range(count)))
+    return _returning_row(
+        _tasks_of(using).filter(one_of("id", ids)).owned(text_param("worker_id")),
+        transitions.complete(result),
+    )
+
+
+_INSERT = Statement(_build_insert)
+_POINT_KEY = Statement(_build_point_key)
+_GET = Statement(lambda using: select_sql(
+    _task_columns(_tasks_of(using).filter(id=text_param("id")), dialect_of(using))
+))
+_BY_KEY = Statement(lambda using: select_sql(
+    _task_columns(_tasks_of(using).by_key(text_param("key")), dialect_of(using))
+))
+_STATUS = Statement(lambda using: select_sql(
+    _tasks_of(using).filter(id=text_param("id")).values_list("id", "status")
+))
+_STATUS_BY_KEY = Statement(lambda using: select_sql(
+    _tasks_of(using).by_key(text_param("key")).values_list("id", "status")
+))
+_KEY_TARGET = Statement(lambda using: select_sql(
+    _models().TaskKey.objects.using(using).filter(key=text_param("key")).values_list("task_id")
+))
+_CANCEL = Statement(lambda using: _returning_row(
+    _tasks_of(using).filter(id=text_param("id")).live(), transitions.cancel()
+))
+_RETRY = Statement(lambda using: _returning_row(
+    _tasks_of(using).filter(id=text_param("id"), status__in=("failed", "canceled")),
+    transitions.retry(),
+))
+_PURGE = Statement(_build_purge)
+_PURGE_IDS = Statement(_build_purge_ids)
+_HAS_CLAIMABLE = Statement(_build_has_claimable)
+_RECOVER = Statement(_build_recover)
+_CLAIM = Statement(_build_claim)
+_RENEW = _owned_update(transitions.renew)
+_RENEW_MANY = Statement(_build_renew_many)
+_PROGRESS = _owned_update(transitions.report_progress)
+_SUCCEED = _owned_update(transitions.succeed)
+_COMPLETE = _owned_update(transitions.complete)
+_COMPLETE_MANY = Statement(_build_complete_many)
+_FAIL = _owned_update(transitions.fail)
 
 
 _stores: dict[str, Store] = {}

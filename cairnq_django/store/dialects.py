@@ -20,6 +20,19 @@ from django.db import connections
 RAW_TEXT_COLUMNS = ("payload", "result", "error", "metadata", "message")
 
 
+_PEER_MIGRATIONS = (
+    "0001_init.sql",
+    "0002_purge_index.sql",
+    "0004_lease_index.sql",
+    "0005_clear_terminal_lease.sql",
+    "0006_claim_name_index.sql",
+    "0007_purge_status_index.sql",
+    "0008_claim_due_index.sql",
+    "0009_purge_queue_index.sql",
+    "0010_drop_status_index.sql",
+)
+
+
 @dataclass(frozen=True)
 class Dialect:
     vendor: str
@@ -53,33 +66,14 @@ class Dialect:
     # Column types spelled as the peers spell them where Django's differ.
     text_type: str | None
     epoch_millis_type: str | None
-
-    # SQL fragments of the raw-SQL store (being replaced by ORM expressions).
-    now: str = ""
-    json: str = "%({name})s"
-    skip_locked: str = ""
+    # The catalog query "does {table} exist", for plain cursors (a peer's
+    # database that no Django alias names); {table} is a constant.
+    table_exists_sql: str
+    # The peers' own migration ledger (cairnq_migrations) at schema 10.
+    peer_migrations: tuple[str, ...]
 
     def reads_raw(self, column: str) -> bool:
         return self.fails_on_bad_text and column in RAW_TEXT_COLUMNS
-
-    def task_columns(self, table: str = "") -> str:
-        """The select list of a whole task row (`table` qualifies it, as in `t.*`)."""
-        from ..records import COLUMNS
-
-        prefix = f"{table}." if table else ""
-        if not self.fails_on_bad_text:
-            return f"{prefix}*"
-        return ", ".join(
-            f"CAST({prefix}{c} AS BLOB) AS {c}" if c in RAW_TEXT_COLUMNS else f"{prefix}{c}"
-            for c in COLUMNS
-        )
-
-    def bind_now(self, params: dict) -> dict:
-        if self.uses_process_clock:
-            from ..ids import now_ms
-
-            params["now_ms"] = now_ms()
-        return params
 
 
 SQLITE = Dialect(
@@ -98,7 +92,8 @@ SQLITE = Dialect(
     needs_periodic_analyze=True,
     text_type=None,
     epoch_millis_type="integer",
-    now="%(now_ms)s",
+    table_exists_sql="SELECT count(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = '{table}'",
+    peer_migrations=_PEER_MIGRATIONS,
 )
 
 POSTGRES = Dialect(
@@ -119,9 +114,9 @@ POSTGRES = Dialect(
     # indexed column whose type it spells "text", and the protocol has none.
     text_type="TEXT",
     epoch_millis_type=None,
-    now="(SELECT (extract(epoch from clock_timestamp()) * 1000)::bigint)",
-    json="%({name})s::jsonb",
-    skip_locked=" FOR UPDATE SKIP LOCKED",
+    table_exists_sql="SELECT to_regclass('{table}') IS NOT NULL",
+    # Only PostgreSQL has the notify trigger.
+    peer_migrations=tuple(sorted((*_PEER_MIGRATIONS, "0003_notify.sql"))),
 )
 
 _BY_VENDOR = {"sqlite": SQLITE, "postgresql": POSTGRES}

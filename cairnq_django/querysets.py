@@ -1,0 +1,76 @@
+"""The protocol's queries as Task QuerySet methods, each rule written once.
+
+What is claimable, what has an expired lease, what is finished and what may
+be purged are defined here and nowhere else: the store's statements, the
+retention sweeper's dry run, the admin and the stats read through them.
+Values may be plain or `Param` expressions (statements.py caches the SQL).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from django.db import models
+from django.db.models import Q
+
+from .records import LIVE_STATUSES, TERMINAL_STATUSES
+from .store.expressions import LiteralIn, NowMs, now_minus
+
+CLAIM_ORDER = ("-priority", "run_at_ms", "id")
+
+
+def one_of(field: str, values: Sequence[Any]) -> Q:
+    """`field = x` for one value, so the planner reads the claim index in order; IN otherwise."""
+    values = list(values)
+    if len(values) == 1:
+        return Q(**{field: values[0]})
+    return Q(**{f"{field}__in": values})
+
+
+class TaskQuerySet(models.QuerySet):
+    def terminal(self) -> TaskQuerySet:
+        """Succeeded, failed or canceled (the literal list matches the partial purge index)."""
+        return self.filter(LiteralIn("status", TERMINAL_STATUSES))
+
+    def live(self) -> TaskQuerySet:
+        return self.filter(LiteralIn("status", LIVE_STATUSES))
+
+    def claimable(self, queues: Sequence[Any], names: Sequence[Any] | None = None, now=None) -> TaskQuerySet:
+        """Queued and due on these queues (and names), in claim order."""
+        qs = self.filter(Q(status="queued") & one_of("queue", queues))
+        if names is not None:
+            qs = qs.filter(one_of("name", names))
+        return qs.filter(run_at_ms__lte=now or NowMs()).order_by(*CLAIM_ORDER)
+
+    def expired_leases(self, now=None) -> TaskQuerySet:
+        """Running with a lease that has run out (the partial lease index's rows)."""
+        return self.filter(
+            status="running", lease_until_ms__isnull=False, lease_until_ms__lte=now or NowMs()
+        )
+
+    def owned(self, worker_id: Any, now=None) -> TaskQuerySet:
+        """Running under worker_id's unexpired lease: what a settle or renewal may touch."""
+        return self.filter(status="running", worker_id=worker_id, lease_until_ms__gt=now or NowMs())
+
+    def purgeable(self, older_than_ms: Any = 0, *, queue: Any = None, status: Any = None,
+                  name: Any = None, now=None) -> TaskQuerySet:
+        """Finished over older_than_ms ago (optionally by queue, status, name)."""
+        qs = self.terminal()
+        for field, value in (("queue", queue), ("status", status), ("name", name)):
+            if value is not None:
+                qs = qs.filter(**{field: value})
+        return qs.filter(
+            completed_at_ms__isnull=False,
+            completed_at_ms__lt=now_minus(older_than_ms) if now is None else now - older_than_ms,
+        )
+
+    def oldest_completed_first(self) -> TaskQuerySet:
+        return self.order_by("completed_at_ms")
+
+    def by_key(self, key: Any) -> TaskQuerySet:
+        """The task a business key points at (through cairnq_task_keys)."""
+        return self.filter(keys__key=key)
+
+    def newest_first(self) -> TaskQuerySet:
+        return self.order_by("-created_at_ms", "-id")

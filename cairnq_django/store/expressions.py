@@ -1,0 +1,160 @@
+"""The Django expressions the queue's statements are written with.
+
+`NowMs` is "now in epoch milliseconds", compiled per backend: the database
+clock on PostgreSQL (hosts do not share a clock), the process clock on SQLite.
+`Param` is a value bound when a cached statement runs (see statements.py).
+`LiteralIn` spells a status list as literals, because SQLite uses a partial
+index only when it can prove the query's WHERE implies the index predicate,
+and it cannot with bound parameters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextvars import ContextVar
+from typing import Any
+
+from django.db import models
+from django.db.models.expressions import CombinedExpression, Expression
+
+from ..fields import EpochMillisField
+from ..ids import now_ms
+
+# True while statements.py compiles a statement to cache it: Params and the
+# SQLite clock then become slots, filled in each time the statement runs.
+compiling_template: ContextVar[bool] = ContextVar("cairnq_compiling_template", default=False)
+
+
+class Slot:
+    """A placeholder's value, named, in a cached statement's parameter list."""
+
+    __slots__ = ("name", "row")
+
+    def __init__(self, name: str, row: int | None = None) -> None:
+        self.name = name
+        self.row = row
+
+    def __repr__(self) -> str:
+        return f"Slot({self.name!r}, row={self.row!r})"
+
+
+NOW_SLOT = Slot("now_ms")
+
+
+class Param(Expression):
+    """A named value supplied when the statement runs (`row` for multi-row inserts)."""
+
+    def __init__(self, name: str, output_field: models.Field, row: int | None = None) -> None:
+        super().__init__(output_field=output_field)
+        self.slot = Slot(name, row)
+
+    def as_sql(self, compiler, connection) -> tuple[str, list[Any]]:
+        if not compiling_template.get():
+            raise RuntimeError(f"Param {self.slot.name!r} outside a cached statement.")
+        return "%s", [self.slot]
+
+    def __repr__(self) -> str:
+        return f"Param({self.slot.name!r})"
+
+
+class JsonParam(Param):
+    """Already-encoded JSON text (the codec's own, never re-encoded by Django)."""
+
+    def __init__(self, name: str, row: int | None = None) -> None:
+        super().__init__(name, models.JSONField(null=True), row)
+
+    def as_postgresql(self, compiler, connection) -> tuple[str, list[Any]]:
+        sql, params = self.as_sql(compiler, connection)
+        return f"{sql}::jsonb", params
+
+
+def text_param(name: str, row: int | None = None) -> Param:
+    return Param(name, models.TextField(), row)
+
+
+def int_param(name: str, row: int | None = None) -> Param:
+    # Typed as the epoch columns, so "now + lease_ms" needs no output_field.
+    return Param(name, EpochMillisField(), row)
+
+
+def float_param(name: str) -> Param:
+    return Param(name, models.FloatField())
+
+
+def bool_param(name: str) -> Param:
+    return Param(name, models.BooleanField())
+
+
+class NowMs(Expression):
+    """Now in epoch ms: one value for the whole statement, from the queue's clock."""
+
+    output_field = EpochMillisField()
+
+    def as_sql(self, compiler, connection) -> tuple[str, list[Any]]:
+        # SQLite: the process clock, bound like any other value.
+        return "%s", [NOW_SLOT if compiling_template.get() else now_ms()]
+
+    def as_postgresql(self, compiler, connection) -> tuple[str, list[Any]]:
+        # statement_timestamp() is the database clock and stable within a
+        # statement, so every use in one statement (a row's created_at and
+        # updated_at, a claim's bound and its new lease) reads the same value
+        # and the planner can use it as an index bound.
+        return "(extract(epoch from statement_timestamp()) * 1000)::bigint", []
+
+
+def now_plus(ms: Any) -> CombinedExpression:
+    """Now + ms (a Param, an expression or an int), typed as an epoch column."""
+    ms = ms if hasattr(ms, "resolve_expression") else models.Value(ms)
+    return CombinedExpression(NowMs(), "+", ms, output_field=EpochMillisField())
+
+
+def now_minus(ms: Any) -> CombinedExpression:
+    ms = ms if hasattr(ms, "resolve_expression") else models.Value(ms)
+    return CombinedExpression(NowMs(), "-", ms, output_field=EpochMillisField())
+
+
+class LiteralIn(Expression):
+    """`column IN ('a', 'b')` with the values inlined (code constants only, never input)."""
+
+    conditional = True
+    output_field = models.BooleanField()
+
+    def __init__(self, column: str, values: Sequence[str]) -> None:
+        super().__init__()
+        for value in values:
+            if not value.isidentifier():
+                raise ValueError(f"LiteralIn takes identifiers only, not {value!r}.")
+        self.column = models.F(column)
+        self.values = tuple(values)
+
+    def get_source_expressions(self) -> list[Any]:
+        return [self.column]
+
+    def set_source_expressions(self, exprs: list[Any]) -> None:
+        (self.column,) = exprs
+
+    def as_sql(self, compiler, connection) -> tuple[str, list[Any]]:
+        column, params = compiler.compile(self.column)
+        literals = ", ".join(f"'{value}'" for value in self.values)
+        return f"{column} IN ({literals})", params
+
+
+class RawText(Expression):
+    """A free-text column as the codec reads it: bytes on SQLite (see Dialect.fails_on_bad_text)."""
+
+    def __init__(self, column: str) -> None:
+        super().__init__(output_field=models.TextField())
+        self.column = models.F(column)
+
+    def get_source_expressions(self) -> list[Any]:
+        return [self.column]
+
+    def set_source_expressions(self, exprs: list[Any]) -> None:
+        (self.column,) = exprs
+
+    def as_sql(self, compiler, connection) -> tuple[str, list[Any]]:
+        return compiler.compile(self.column)
+
+    def as_sqlite(self, compiler, connection) -> tuple[str, list[Any]]:
+        sql, params = compiler.compile(self.column)
+        return f"CAST({sql} AS BLOB)", params
