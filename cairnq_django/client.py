@@ -22,7 +22,7 @@ from .records import (
     DEFAULT_QUEUE,
     TaskRecord,
 )
-from .store import get_store
+from .store import Store, get_store
 
 
 @dataclass(slots=True)
@@ -94,12 +94,11 @@ def enqueue(
         )
         if on_commit is None:
             on_commit = cairnq_settings.ENQUEUE_ON_COMMIT
+        task: TaskRecord | PendingTask
         if on_commit:
-            task: TaskRecord | PendingTask = PendingTask(
-                id=spec["id"], name=name, queue=queue, key=key
-            )
+            task = pending = PendingTask(id=spec["id"], name=name, queue=queue, key=key)
             transaction.on_commit(
-                partial(_write, store, spec, key, conflict, task), using=DEFAULT_DB_ALIAS
+                partial(_write, store, spec, key, conflict, pending), using=DEFAULT_DB_ALIAS
             )
         else:
             task = _write(store, spec, key, conflict)
@@ -112,7 +111,13 @@ def enqueue(
     return task
 
 
-def _write(store, spec, key, conflict, pending: PendingTask | None = None) -> TaskRecord:
+def _write(
+    store: Store,
+    spec: dict[str, Any],
+    key: str | None,
+    conflict: str,
+    pending: PendingTask | None = None,
+) -> TaskRecord:
     wait_for_headroom(store, spec["queue"])
     task = store.submit_prepared(spec, key=key, conflict=conflict)
     if pending is not None:
@@ -137,7 +142,9 @@ def enqueue_many(
     any of enqueue()'s keyword options.
     """
     store = get_store(using)
-    specs, keys, announced = [], [], []
+    specs: list[dict[str, Any]] = []
+    keys: list[tuple[str | None, str]] = []
+    announced: list[tuple[int, Any]] = []
     plain_key = (None, DEFAULT_CONFLICT)
     try:
         for index, item in enumerate(tasks):
@@ -238,8 +245,9 @@ def purge(
     using: str | None = None,
 ) -> list[str]:
     """Delete up to `limit` finished tasks older than `older_than`; return their ids."""
+    older_than_ms = validators.check_integer("older_than", to_ms(older_than), minimum=0)
     return get_store(using).purge(
-        older_than_ms=to_ms(older_than), queue=queue, status=status, name=name, limit=limit
+        older_than_ms=older_than_ms, queue=queue, status=status, name=name, limit=limit
     )
 
 

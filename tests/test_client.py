@@ -398,3 +398,11 @@ def test_on_commit_setting_and_outside_a_transaction(live_store):
     pending = cairnq_django.enqueue("later")
     assert isinstance(pending, PendingTask) and live_store.get(pending.id) is not None
     assert cairnq_django.enqueue("later", on_commit=False).status == "queued"
+
+
+@pytest.mark.parametrize("older_than", [-1, timedelta(seconds=-1), None])
+def test_purge_refuses_a_cutoff_that_is_not_zero_or_more_naming_its_argument(db, older_than):
+    cairnq_django.enqueue("x")
+    with pytest.raises(ValueError, match=r"^older_than must be an integer >= 0, got "):
+        cairnq_django.purge(older_than=older_than)
+    assert count_tasks() == 1

@@ -86,7 +86,8 @@ def _errors(record: TaskRecord) -> list[Any]:
     errors = []
     envelope = record.error if isinstance(record.error, dict) else None
     if envelope is not None:
-        details = envelope.get("details") if isinstance(envelope.get("details"), dict) else {}
+        raw = envelope.get("details")
+        details: dict[str, Any] = raw if isinstance(raw, dict) else {}
         for earlier in details.get("earlier_errors") or []:
             if isinstance(earlier, dict):
                 errors.append(_task_error(earlier))
@@ -166,7 +167,8 @@ def failure_envelope(exc: BaseException, record: TaskRecord) -> tuple[dict[str, 
     earlier = []
     previous = record.error if isinstance(record.error, dict) else None
     if previous is not None and record.attempt > 1:
-        details = previous.get("details") if isinstance(previous.get("details"), dict) else {}
+        raw = previous.get("details")
+        details: dict[str, Any] = raw if isinstance(raw, dict) else {}
         earlier = [e for e in details.get("earlier_errors") or [] if isinstance(e, dict)]
         earlier.append(
             {

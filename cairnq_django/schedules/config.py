@@ -225,6 +225,7 @@ def _parse_one(name: Any, spec: Any) -> Schedule:
             hint="'cron': '0 3 * * *' (a cron expression), or 'every': timedelta(minutes=5).",
         )
     options: dict[str, Any] = {}
+    timing: CronTiming | IntervalTiming
     if has_cron:
         timing, tz_name = _cron(where, spec["cron"], spec.get("timezone"))
         options.update(cron=spec["cron"], timezone=tz_name)

@@ -145,8 +145,8 @@ class Scheduler:
                     self.using, schedule, expected_cursor_ms=cursor, occurrence_ms=occurrence,
                     new_cursor_ms=plan.advance_to if last else occurrence,
                 )
-            if fired is None:
-                return  # another scheduler got there first (or it was paused)
+            if not isinstance(fired, state.Fired):
+                return  # None: another scheduler got there first (or it was paused)
             self.enqueued += 1
             logger.info(
                 "Schedule %r: enqueued %s %s for %s.",
