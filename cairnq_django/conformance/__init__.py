@@ -1,4 +1,8 @@
-"""The CairnQ conformance runner: shared JSON scenarios replayed against the store."""
+"""The CairnQ conformance runner: shared JSON scenarios replayed against the store.
+
+runner: loading scenarios, the store ops they call, running their steps.
+assertions: `$alias.field` references and the checks on what a step returned.
+"""
 
 from .runner import (
     ConformanceError,
