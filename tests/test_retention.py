@@ -17,6 +17,8 @@ from cairnq_django.ids import now_ms
 from cairnq_django.retention import (
     RetentionRule,
     RetentionSweeper,
+    format_compact_duration,
+    parse_duration,
     parse_retention,
     retention_config_errors,
     rules_for_overrides,
@@ -469,3 +471,14 @@ def test_a_failing_sweep_is_reported_and_the_loop_carries_on(live_store, setting
     assert sweeper.stop(timeout=60) is True
     thread.join(60)
     assert remaining(live_store) == set()
+
+
+# ---------------------------------------------------------------- durations
+@pytest.mark.parametrize(
+    "ms, text",
+    [(0, "0s"), (250, "250ms"), (185_000, "3m5s"), (5_400_000, "1h30m"),
+     (DAY + 12 * HOUR, "1d12h"), (90_061_001, "1d1h1m1s1ms")],
+)
+def test_format_compact_duration_is_what_parse_duration_reads_back(ms, text):
+    assert format_compact_duration(ms) == text
+    assert parse_duration(text) == ms
