@@ -145,3 +145,16 @@ def test_listing_by_status_searches_an_index(filled):
     assert len(rows) == 10
     [text] = explain_each(statements, "WHERE status = %s ORDER BY")
     assert not full_scans(text), text
+
+
+def test_the_overviews_finished_count_searches_the_queue_index(filled):
+    from cairnq_django.store.admin_reads import finished_since
+
+    with recorded() as statements:
+        counts = finished_since(filled.using, "q1", 0)
+    assert sum(counts.values()) > 0
+    [text] = explain_each(statements, "COUNT(")
+    assert uses_index(text, *BY_QUEUE), text
+    if VENDOR == "sqlite":  # terminal()'s literal status list matches the partial index
+        assert uses_index(text, "cairnq_tasks_queue_completed_idx"), text
+    assert not full_scans(text), text

@@ -1,7 +1,7 @@
-"""The reads the admin (and the queue overview) make that the ORM cannot spell.
+"""The reads the admin (and the queue overview) make, shaped for the protocol's indexes.
 
-Each function takes the database alias and answers one question. The SQL ones
-say why they are SQL; the rest are QuerySets shaped for the same indexes.
+Each function takes the database alias and answers one question. The two that
+run SQL text (store/sql.py) say why.
 """
 
 from __future__ import annotations
@@ -10,14 +10,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import connections
-from django.db.models import BinaryField, Field, Min, OrderBy, TextField
+from django.db.models import BinaryField, Count, Field, Min, OrderBy, Q, TextField
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Cast
 
 from ..ids import now_ms
 from ..models import Task
 from ..records import TERMINAL_STATUSES
-from . import get_store
+from . import get_store, sql
 from .dialects import dialect_of
 
 HOUR_MS = 3_600_000
@@ -74,18 +74,8 @@ def distinct_task_values(using: str, column: str, limit: int) -> list[Any]:
     field = Task._meta.get_field(column)  # an unknown column raises FieldDoesNotExist
     if not isinstance(field, Field) or not field.column:
         raise ValueError(f"{column!r} is not a column of the tasks table.")
-    name = quote(field.column)
-    sql = (
-        f"WITH RECURSIVE v(value, n) AS ("
-        f" SELECT (SELECT {name} FROM {table} ORDER BY {name} LIMIT 1), 1"
-        f" UNION ALL"
-        f" SELECT (SELECT {name} FROM {table} WHERE {name} > v.value"
-        f" ORDER BY {name} LIMIT 1), v.n + 1 FROM v"
-        f" WHERE v.value IS NOT NULL AND v.n < %s)"
-        f" SELECT value FROM v WHERE value IS NOT NULL"
-    )
     with connection.cursor() as cursor:
-        cursor.execute(sql, [limit])
+        cursor.execute(sql.DISTINCT_VALUES.format(table=table, column=quote(field.column)), [limit])
         return [row[0] for row in cursor.fetchall()]
 
 
@@ -97,10 +87,7 @@ def estimated_task_count(using: str) -> int | None:
     if not dialect_of(using).has_row_estimate:
         return None
     with connections[using].cursor() as cursor:
-        cursor.execute(
-            "SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass",
-            [Task._meta.db_table],
-        )
+        cursor.execute(sql.ROW_ESTIMATE, [Task._meta.db_table])
         row = cursor.fetchone()
     return max(0, int(row[0])) if row else None
 
@@ -108,20 +95,17 @@ def estimated_task_count(using: str) -> int | None:
 def finished_since(using: str, queue: str, since_ms: int) -> dict[str, int]:
     """How many of the queue's tasks finished since `since_ms`, per terminal status.
 
-    SQL because the status list must be literal: SQLite uses the partial
-    (queue, completed_at_ms) index only when it can prove the query implies its
-    predicate, and the ORM binds `status IN (...)` as parameters. Grouping the
-    whole table by queue instead makes SQLite walk the claim index end to end.
+    terminal() spells the status list as literals, so SQLite can prove the
+    query implies the partial (queue, completed_at_ms) index's predicate.
     """
-    statuses = ", ".join(f"'{status}'" for status in TERMINAL_STATUSES)
-    with connections[using].cursor() as cursor:
-        cursor.execute(
-            f"SELECT status, count(*) FROM {Task._meta.db_table} WHERE queue = %s"
-            f" AND status IN ({statuses}) AND completed_at_ms >= %s"
-            f" GROUP BY status",
-            [queue, since_ms],
-        )
-        return {status: int(n) for status, n in cursor.fetchall()}
+    # One row of filtered counts, not GROUP BY status: grouping would steer
+    # SQLite to the (status, completed_at_ms) index across every queue.
+    counts = (
+        Task.objects.using(using).terminal()
+        .filter(queue=queue, completed_at_ms__gte=since_ms)
+        .aggregate(**{status: Count("id", filter=Q(status=status)) for status in TERMINAL_STATUSES})
+    )
+    return {status: int(n) for status, n in counts.items() if n}
 
 
 @dataclass

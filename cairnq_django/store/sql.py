@@ -25,6 +25,28 @@ COPY_TASKS = (
 # select an expression without a table.
 SELECT_VALUE = "SELECT {expression}"
 
+# The admin filters' distinct values of an indexed column as a skip-scan: each
+# step asks the index for the next value above the last, so a million rows in
+# five queues cost five probes instead of a DISTINCT over the table. Django
+# has no recursive CTEs. {table} and {column} are quoted model names.
+DISTINCT_VALUES = (
+    "WITH RECURSIVE v(value, n) AS ("
+    " SELECT (SELECT {column} FROM {table} ORDER BY {column} LIMIT 1), 1"
+    " UNION ALL"
+    " SELECT (SELECT {column} FROM {table} WHERE {column} > v.value"
+    " ORDER BY {column} LIMIT 1), v.n + 1 FROM v"
+    " WHERE v.value IS NOT NULL AND v.n < %s)"
+    " SELECT value FROM v WHERE value IS NOT NULL"
+)
+
+# The planner's row count (PostgreSQL), for the admin's paginator: the catalog
+# is not a model.
+ROW_ESTIMATE = "SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass"
+
+# SQLite's statistics, refreshed by the worker: without them the planner skips
+# the lease-recovery index. A pragma has no ORM form.
+OPTIMIZE = "PRAGMA optimize"
+
 
 def copy_rows(copy, specs: Sequence[dict[str, Any]], now: int) -> None:
     """Stream prepared specs through COPY, every row stamped with one clock reading."""
