@@ -135,6 +135,13 @@ class _Poll:
         raise_on_failure: bool,
     ) -> None:
         self.store, self.task_id, self.key = store, task_id, key
+        # What the wait looks up: the task id, or the key (exactly one is given).
+        if key is not None and task_id is None:
+            self.lookup = key
+        elif task_id is not None and key is None:
+            self.lookup = task_id
+        else:
+            raise ValueError("A wait is for a task id or for a key: pass exactly one.")
         self.raise_on_failure = raise_on_failure
         # Floored at 1 ms: a zero interval would never grow and spin on the database.
         self.interval = max(1, poll_initial_ms or cairnq_settings.WAIT_POLL_INITIAL) / 1000
@@ -188,7 +195,7 @@ class _Poll:
                 f"last {now - self.outage_since:.1f}s; last error: {str(exc).strip()}). "
                 "The task's state is unknown; whatever it is, the wait did not change it.",
                 # The last id the probe saw; for a key that never resolved, the key.
-                task_id=self.probed_id if self.probed_id is not None else self.key,
+                task_id=self.probed_id if self.probed_id is not None else self.lookup,
                 key=self.key,
                 snapshot=None,
             ) from exc
@@ -196,7 +203,7 @@ class _Poll:
     def _check(self) -> TaskRecord | None:
         store, key = self.store, self.key
         probe: TaskStatus | None = (
-            store.get_status(self.task_id) if key is None else store.get_status_by_key(key)
+            store.get_status(self.lookup) if key is None else store.get_status_by_key(key)
         )
         # Before anything can raise: a TaskFailed or a timeout found on the
         # first probe after an outage still ends it.
@@ -215,7 +222,7 @@ class _Poll:
                 return task
         now = time.monotonic()
         if self.deadline is not None and now >= self.deadline:
-            snapshot = store.get(self.task_id) if key is None else store.get_by_key(key)
+            snapshot = store.get(self.lookup) if key is None else store.get_by_key(key)
             message = _explain(snapshot, now - self.started, key)
             if self.outage_total:
                 message += (
@@ -226,7 +233,7 @@ class _Poll:
                 message,
                 # A key that points at nothing has no id to report: the key
                 # stands in for it, as in the protocol's SDKs.
-                task_id=snapshot.id if snapshot else (self.task_id if key is None else key),
+                task_id=snapshot.id if snapshot else self.lookup,
                 key=key,
                 snapshot=snapshot,
             )

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from django.db import connections
+from django.db.backends.base.base import BaseDatabaseWrapper
 
 from ..conf import cairnq_settings
 from ..store.dialects import dialect_for
@@ -39,10 +40,11 @@ def build_wakeup(alias: str) -> Wakeup:
             from .postgres import PostgresWakeup, postgres_params
 
             return PostgresWakeup(postgres_params(alias))
-        if dialect.watches_database_file and not connection.is_in_memory_db():
+        path = _database_file(connection) if dialect.watches_database_file else None
+        if path is not None:
             from .sqlite import SQLiteWakeup
 
-            return SQLiteWakeup(str(connection.settings_dict["NAME"]))
+            return SQLiteWakeup(path)
     except Exception as exc:
         logger.warning(
             "CairnQ wakeups are off for database %r (%s); waits fall back to sleeping.",
@@ -50,6 +52,14 @@ def build_wakeup(alias: str) -> Wakeup:
             exc,
         )
     return Wakeup()
+
+
+def _database_file(connection: BaseDatabaseWrapper) -> str | None:
+    """The file a watch can follow; None for an in-memory database."""
+    in_memory = getattr(connection, "is_in_memory_db", None)
+    if in_memory is None or in_memory():
+        return None
+    return str(connection.settings_dict["NAME"])
 
 
 def _forget_if_forked() -> None:

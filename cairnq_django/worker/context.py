@@ -457,7 +457,9 @@ class TaskContext:
     async def asucceed(self, result: Any = None) -> TaskRecord | None:
         return await self._run_db(partial(self.succeed, result))
 
-    async def afail(self, error: Any = "The task failed.", *, retryable: bool = True):
+    async def afail(
+        self, error: Any = "The task failed.", *, retryable: bool = True
+    ) -> TaskRecord | None:
         return await self._run_db(partial(self.fail, error, retryable=retryable))
 
     async def asubmit(self, name: str, payload: Any = None, **options: Any) -> TaskRecord:

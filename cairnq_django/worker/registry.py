@@ -11,9 +11,13 @@ from __future__ import annotations
 import inspect
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.utils.module_loading import autodiscover_modules
+
+if TYPE_CHECKING:
+    from ..client import PendingTask
+    from ..records import TaskRecord
 
 Handler = Callable[..., Any]
 
@@ -167,13 +171,13 @@ def _attach_enqueue(fn: Handler, registration: Registration) -> None:
     if registration.max_attempts is not None:
         defaults["max_attempts"] = registration.max_attempts
 
-    def enqueue(payload: Any = None, **options: Any):
+    def enqueue(payload: Any = None, **options: Any) -> TaskRecord | PendingTask:
         """Enqueue this task by its registered name."""
         from ..client import enqueue as client_enqueue
 
         return client_enqueue(registration.name, payload, **{**defaults, **options})
 
-    async def aenqueue(payload: Any = None, **options: Any):
+    async def aenqueue(payload: Any = None, **options: Any) -> TaskRecord | PendingTask:
         """Enqueue this task by its registered name (async)."""
         from ..client import aenqueue as client_aenqueue
 

@@ -166,9 +166,9 @@ class Command(BaseCommand):
         elif verbosity == 0:
             logger.setLevel(logging.WARNING)
         if verbosity >= 1 and not logger.hasHandlers():
-            handler = logging.StreamHandler()
-            handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
-            logger.addHandler(handler)
+            stream = logging.StreamHandler()
+            stream.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+            logger.addHandler(stream)
             if logger.level == logging.NOTSET:
                 logger.setLevel(logging.INFO)
         if verbosity >= 2 and logger.hasHandlers():
@@ -179,7 +179,8 @@ class Command(BaseCommand):
 
 
 def _handlers_of(logger: logging.Logger) -> list[logging.Handler]:
-    found, current = [], logger
+    found: list[logging.Handler] = []
+    current: logging.Logger | None = logger
     while current is not None:
         found.extend(current.handlers)
         current = current.parent if current.propagate else None
