@@ -4,6 +4,9 @@ What is claimable, what has an expired lease, what is finished and what may
 be purged are defined here and nowhere else: the store's statements, the
 retention sweeper's dry run, the admin and the stats read through them.
 Values may be plain or `Param` expressions (statements.py caches the SQL).
+Statuses are literals (LiteralIn): SQLite matches a partial index only
+against a literal, and a plan that depended on a bound value is prepared
+again each time the statement runs.
 """
 
 from __future__ import annotations
@@ -38,7 +41,7 @@ class TaskQuerySet(models.QuerySet):
 
     def claimable(self, queues: Sequence[Any], names: Sequence[Any] | None = None, now=None) -> TaskQuerySet:
         """Queued and due on these queues (and names), in claim order."""
-        qs = self.filter(Q(status="queued") & one_of("queue", queues))
+        qs = self.filter(LiteralIn("status", ("queued",)), one_of("queue", queues))
         if names is not None:
             qs = qs.filter(one_of("name", names))
         return qs.filter(run_at_ms__lte=now or NowMs()).order_by(*CLAIM_ORDER)
@@ -46,12 +49,15 @@ class TaskQuerySet(models.QuerySet):
     def expired_leases(self, now=None) -> TaskQuerySet:
         """Running with a lease that has run out (the partial lease index's rows)."""
         return self.filter(
-            status="running", lease_until_ms__isnull=False, lease_until_ms__lte=now or NowMs()
+            LiteralIn("status", ("running",)),
+            lease_until_ms__isnull=False, lease_until_ms__lte=now or NowMs(),
         )
 
     def owned(self, worker_id: Any, now=None) -> TaskQuerySet:
         """Running under worker_id's unexpired lease: what a settle or renewal may touch."""
-        return self.filter(status="running", worker_id=worker_id, lease_until_ms__gt=now or NowMs())
+        return self.filter(
+            LiteralIn("status", ("running",)), worker_id=worker_id, lease_until_ms__gt=now or NowMs()
+        )
 
     def purgeable(self, older_than_ms: Any = 0, *, queue: Any = None, status: Any = None,
                   name: Any = None, now=None) -> TaskQuerySet:

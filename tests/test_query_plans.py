@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
+import re
+
 import pytest
 from django.db import connection
 
@@ -91,7 +93,7 @@ def filled(store):
 
 def _bare(sql: str) -> str:
     """The statement without quotes and table qualifiers, as Django writes them."""
-    return sql.replace('"', "").replace("cairnq_tasks.", "")
+    return re.sub(r"%\(p\d+\)s", "%s", sql.replace('"', "").replace("cairnq_tasks.", ""))
 
 
 def explain_each(statements, marker: str) -> list[str]:

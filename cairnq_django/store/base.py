@@ -60,7 +60,7 @@ from ..validators import (
 )
 from . import sql, transitions
 from .dialects import RAW_TEXT_COLUMNS, Dialect, dialect_of
-from .expressions import JsonParam, NowMs, RawText, int_param, now_plus, text_param
+from .expressions import JsonParam, LiteralIn, NowMs, RawText, int_param, now_plus, text_param
 from .statements import (
     Statement,
     Template,
@@ -891,7 +891,7 @@ _CANCEL = Statement(lambda using: _returning_row(
     _tasks_of(using).filter(id=text_param("id")).live(), transitions.cancel()
 ))
 _RETRY = Statement(lambda using: _returning_row(
-    _tasks_of(using).filter(id=text_param("id"), status__in=("failed", "canceled")),
+    _tasks_of(using).filter(LiteralIn("status", ("failed", "canceled")), id=text_param("id")),
     transitions.retry(),
 ))
 _PURGE = Statement(_build_purge)

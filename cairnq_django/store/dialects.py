@@ -63,6 +63,9 @@ class Dialect:
     has_rowid: bool
     # ANALYZE / PRAGMA optimize keeps the planner on the lease index.
     needs_periodic_analyze: bool
+    # Django's cursor binds named parameters faster than positional ones
+    # (statements.py).
+    binds_by_name: bool
     # Column types spelled as the peers spell them where Django's differ.
     text_type: str | None
     epoch_millis_type: str | None
@@ -90,6 +93,7 @@ SQLITE = Dialect(
     has_row_estimate=False,
     has_rowid=True,
     needs_periodic_analyze=True,
+    binds_by_name=True,
     text_type=None,
     epoch_millis_type="integer",
     table_exists_sql="SELECT count(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = '{table}'",
@@ -110,6 +114,7 @@ POSTGRES = Dialect(
     has_row_estimate=True,
     has_rowid=False,
     needs_periodic_analyze=False,
+    binds_by_name=False,
     # TEXT, not Django's "text": Django adds a text_pattern_ops index to every
     # indexed column whose type it spells "text", and the protocol has none.
     text_type="TEXT",

@@ -135,6 +135,10 @@ class LiteralIn(Expression):
 
     def as_sql(self, compiler, connection) -> tuple[str, list[Any]]:
         column, params = compiler.compile(self.column)
+        if len(self.values) == 1:
+            # "=": SQLite proves a partial index's `status = 'running'` from
+            # an equal term, not from a one-element IN.
+            return f"{column} = '{self.values[0]}'", params
         literals = ", ".join(f"'{value}'" for value in self.values)
         return f"{column} IN ({literals})", params
 

@@ -12,6 +12,7 @@ list of the task's columns.
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
@@ -77,6 +78,19 @@ def returning_columns(using: str) -> str:
     )
 
 
+# Django's SQLite cursor turns positional placeholders into "?" with a regex
+# over the whole statement on every run, and named ones with one % format;
+# SQLite finds a named parameter by a linear scan, so only short lists go by name.
+_PLACEHOLDER = re.compile(r"(?<!%)%s")
+_MAX_NAMED = 64
+_NAMES = tuple(f"p{i}" for i in range(_MAX_NAMED))
+
+
+def _named(sql: str) -> str:
+    counter = iter(_NAMES)
+    return _PLACEHOLDER.sub(lambda _: f"%({next(counter)})s", sql)
+
+
 class Statement:
     """One statement of the store, built by `build(using, *shape)` and cached per (alias, shape)."""
 
@@ -97,6 +111,8 @@ class Statement:
                 sql, params = self._build(using, *shape)
             finally:
                 compiling_template.reset(token)
+            if dialect_of(using).binds_by_name and len(params) <= _MAX_NAMED:
+                sql = _named(sql)
             with self._lock:
                 if len(self._cache) > 256:  # shapes are few; a bound all the same
                     self._cache.clear()
@@ -104,7 +120,7 @@ class Statement:
         return hit
 
     def bind(self, using: str, values: Mapping[str, Any], shape: tuple = (),
-             rows: Sequence[Mapping[str, Any]] = (), now: int | None = None) -> tuple[str, list]:
+             rows: Sequence[Mapping[str, Any]] = (), now: int | None = None) -> tuple[str, Any]:
         sql, template = self.template(using, shape)
         params = []
         for param in template:
@@ -116,4 +132,6 @@ class Statement:
                 params.append(values[param.name] if param.row is None else rows[param.row][param.name])
             else:
                 params.append(param)
+        if "%(p0)s" in sql:
+            return sql, dict(zip(_NAMES, params))
         return sql, params
