@@ -97,6 +97,7 @@ def test_a_worker_takes_options_or_overrides_not_both(db):
         (["--lease", "zero"], "--lease"),
         (["--poll", "-1"], "--poll"),
         (["--max-run", "-1"], "--max-run"),
+        (["--database", "nope"], "--database: 'nope' is not in settings.DATABASES"),
     ],
 )
 def test_the_command_names_the_option_in_its_error(args, named):

@@ -202,7 +202,7 @@ class Execution:
                 "Task %s %s attempt %d/%d started.",
                 ctx.name, ctx.task_id, ctx.attempt, ctx.max_attempts,
             )
-            self._send(signals.task_started, task=ctx.record)
+            self.send(signals.task_started, task=ctx.record)
 
     def ended(self, call: Call, raised: BaseException | None = None) -> None:
         """Log one end line per task and send its signal, once per task."""
@@ -219,22 +219,22 @@ class Execution:
                 "%s lost its lease after %.3fs; another worker owns it now and "
                 "nothing more was written for this attempt.", where, duration,
             )
-            self._send(signals.task_lease_lost, task=ctx.record, duration=duration)
+            self.send(signals.task_lease_lost, task=ctx.record, duration=duration)
             return
         error = row.error if row.status != "succeeded" else None
         code = error.get("code") if isinstance(error, dict) else None
         if row.status == "succeeded":
             logger.info("%s succeeded in %.3fs.", where, duration)
-            self._send(signals.task_succeeded, task=row, duration=duration)
+            self.send(signals.task_succeeded, task=row, duration=duration)
         elif row.status == "canceled":
             logger.info("%s canceled in %.3fs.", where, duration)
-            self._send(signals.task_canceled, task=row, duration=duration)
+            self.send(signals.task_canceled, task=row, duration=duration)
         elif row.status == "queued":
             delay = ctx.failure[2] if ctx.failure else 0
             logger.info(
                 "%s failed (%s) in %.3fs; retrying in %d ms.", where, code, duration, delay
             )
-            self._send(
+            self.send(
                 signals.task_retrying, task=row, duration=duration, error=error, delay_ms=delay
             )
         else:
@@ -244,9 +244,10 @@ class Execution:
                 # The traceback of an unexpected exception, once, when it is final.
                 exc_info=raised if code == "handler_error" else None,
             )
-            self._send(signals.task_failed, task=row, duration=duration, error=error)
+            self.send(signals.task_failed, task=row, duration=duration, error=error)
 
-    def _send(self, signal: Any, **kwargs: Any) -> None:
+    def send(self, signal: Any, **kwargs: Any) -> None:
+        """Send a worker signal; a receiver that raises is logged, never fatal."""
         for receiver, response in signal.send_robust(
             sender=type(self.worker), worker=self.worker, **kwargs
         ):

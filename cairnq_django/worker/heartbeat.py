@@ -9,11 +9,12 @@ as HeartbeatLate), because a beat later than the lease lets another worker
 recover the task and run it a second time.
 
 Nor should the database's own pace hold a beat back. A renewal is soft state
-(lost in a crash, a lease just ends sooner), so on PostgreSQL it commits
-without waiting for its WAL flush (where the dialect has_async_commit); a
-beat under I/O load otherwise waited for the disk on every renewal. And the rows this worker's settler is
-committing right now are skipped: their row locks are held until that
-group's own flush, and they are about to leave `running` anyway.
+(lost in a crash, a lease just ends sooner), so where the dialect
+has_async_commit (PostgreSQL) it commits without waiting for its WAL flush;
+a beat under I/O load otherwise waited for the disk on every renewal. And the
+rows this worker's settler is committing right now are skipped: their row
+locks are held until that group's own flush, and they are about to leave
+`running` anyway.
 
 A task missing from a beat's answer has lost its lease, unless this worker is
 settling it: a completion that committed while the beat was in flight also

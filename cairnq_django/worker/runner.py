@@ -162,7 +162,7 @@ class Worker:
         self._call_on_error(
             late, {"phase": "execute", "worker_id": self.worker_id, "task_ids": late.task_ids}
         )
-        self.execution._send(signals.heartbeat_late, error=late)
+        self.execution.send(signals.heartbeat_late, error=late)
 
     def _call_on_error(self, exc: BaseException, context: dict[str, Any]) -> None:
         if self.options.on_error is None:

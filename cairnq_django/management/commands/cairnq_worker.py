@@ -1,4 +1,4 @@
-"""manage.py cairnq_worker: run the registered task handlers, and with --sweep the retention sweeper."""
+"""manage.py cairnq_worker: run the registered task handlers (and, with --sweep, retention)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
 
 from ...conf import cairnq_settings
-from ...validators import cli_integer
+from ...validators import cli_database, cli_integer
 
 if TYPE_CHECKING:
     from ...retention import RetentionSweeper
@@ -77,7 +77,7 @@ class Command(BaseCommand):
             "(for tests, cron and CI). Tasks scheduled for later are left queued.",
         )
         parser.add_argument(
-            "--database", metavar="ALIAS",
+            "--database", metavar="ALIAS", type=cli_database,
             help="Database alias holding the CairnQ tables. Default: CAIRNQ['DATABASE'] "
             f"({s.DATABASE!r}).",
         )
@@ -125,7 +125,7 @@ class Command(BaseCommand):
         worker.run()
 
     def _build_worker(self, options: dict[str, Any]) -> Worker | WorkerBesideSweeper:
-        """The worker the options describe (beside a sweeper with --sweep), metrics served if asked."""
+        """The worker the options describe, beside a sweeper with --sweep; metrics if asked."""
         from ...worker import Worker, WorkerOptions
 
         names = None
