@@ -12,10 +12,12 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import CommandError
 
-from .test_retention import DAY, HOUR, make, remaining
+from .storeutil import make_ids
+from .test_retention import DAY, HOUR, remaining
 
 PROJECT_ROOT = Path(__file__).resolve().parent.parent
 
@@ -35,9 +37,9 @@ def per_status(settings):
 
 
 def test_one_sweep_reports_each_rule(store, per_status):
-    make(store, "succeeded", age_ms=2 * HOUR, n=2)
-    make(store, "failed", age_ms=2 * HOUR)
-    kept = make(store, "failed", age_ms=2 * HOUR) + make(store, "canceled", age_ms=90 * DAY)
+    make_ids(store, "succeeded", age_ms=2 * HOUR, n=2)
+    make_ids(store, "failed", age_ms=2 * HOUR)
+    kept = make_ids(store, "failed", age_ms=2 * HOUR) + make_ids(store, "canceled", age_ms=90 * DAY)
 
     out, err = sweep()
 
@@ -51,8 +53,8 @@ def test_one_sweep_reports_each_rule(store, per_status):
 
 
 def test_dry_run_says_what_would_go_and_keeps_it(store, per_status):
-    make(store, "succeeded", age_ms=2 * HOUR, n=3)
-    make(store, "failed", age_ms=31 * DAY)
+    make_ids(store, "succeeded", age_ms=2 * HOUR, n=3)
+    make_ids(store, "failed", age_ms=31 * DAY)
     before = remaining(store)
 
     out, _ = sweep("--dry-run")
@@ -70,18 +72,18 @@ def test_dry_run_says_what_would_go_and_keeps_it(store, per_status):
     [("90m", "1h30m"), ("5400000", "1h30m"), ("2h", "2h"), ("1d", "1d")],
 )
 def test_older_than_accepts_milliseconds_and_units(store, older_than, expected):
-    old = make(store, "succeeded", age_ms=3 * DAY)
+    old = make_ids(store, "succeeded", age_ms=3 * DAY)
     out, _ = sweep("--older-than", older_than)
     assert out == f"Deleted 1 finished tasks older than {expected} (1 batch).\n"
     assert not set(old) & remaining(store)
 
 
 def test_one_off_filters_replace_the_settings(store, per_status):
-    target = make(store, "failed", queue="q", name="n", age_ms=3 * HOUR)
-    kept = make(store, "failed", queue="q", name="other", age_ms=3 * HOUR)
-    kept += make(store, "failed", queue="other", name="n", age_ms=3 * HOUR)
-    kept += make(store, "succeeded", queue="q", name="n", age_ms=3 * HOUR)
-    kept += make(store, "failed", queue="q", name="n", age_ms=HOUR)
+    target = make_ids(store, "failed", queue="q", name="n", age_ms=3 * HOUR)
+    kept = make_ids(store, "failed", queue="q", name="other", age_ms=3 * HOUR)
+    kept += make_ids(store, "failed", queue="other", name="n", age_ms=3 * HOUR)
+    kept += make_ids(store, "succeeded", queue="q", name="n", age_ms=3 * HOUR)
+    kept += make_ids(store, "failed", queue="q", name="n", age_ms=HOUR)
 
     out, _ = sweep("--older-than", "2h", "--status", "failed", "--queue", "q", "--name", "n")
 
@@ -91,8 +93,8 @@ def test_one_off_filters_replace_the_settings(store, per_status):
 
 
 def test_filters_without_a_cutoff_narrow_the_settings(store, per_status):
-    make(store, "succeeded", queue="q", age_ms=2 * HOUR)
-    kept = make(store, "succeeded", queue="other", age_ms=2 * HOUR)
+    make_ids(store, "succeeded", queue="q", age_ms=2 * HOUR)
+    kept = make_ids(store, "succeeded", queue="other", age_ms=2 * HOUR)
 
     out, _ = sweep("--queue", "q", "--status", "succeeded")
 
@@ -101,9 +103,9 @@ def test_filters_without_a_cutoff_narrow_the_settings(store, per_status):
 
 
 def test_repeated_status_makes_a_rule_each(store):
-    make(store, "failed", age_ms=2 * HOUR)
-    make(store, "canceled", age_ms=2 * HOUR, n=2)
-    kept = make(store, "succeeded", age_ms=2 * HOUR)
+    make_ids(store, "failed", age_ms=2 * HOUR)
+    make_ids(store, "canceled", age_ms=2 * HOUR, n=2)
+    kept = make_ids(store, "succeeded", age_ms=2 * HOUR)
 
     out, _ = sweep("--older-than", "1h", "--status", "failed", "--status", "canceled")
 
@@ -116,7 +118,7 @@ def test_repeated_status_makes_a_rule_each(store):
 
 
 def test_batch_size_and_progress_on_stderr(store):
-    make(store, "succeeded", age_ms=2 * HOUR, n=7)
+    make_ids(store, "succeeded", age_ms=2 * HOUR, n=7)
 
     out, err = sweep("--older-than", "1h", "--batch-size", "2", "--progress")
 
@@ -126,7 +128,7 @@ def test_batch_size_and_progress_on_stderr(store):
 
 
 def test_no_progress_when_stderr_is_not_a_terminal(store):
-    make(store, "succeeded", age_ms=2 * HOUR, n=7)
+    make_ids(store, "succeeded", age_ms=2 * HOUR, n=7)
     _, err = sweep("--older-than", "1h", "--batch-size", "2")
     assert err == ""
 
@@ -136,21 +138,22 @@ def test_no_progress_when_stderr_is_not_a_terminal(store):
     [
         (
             ["--older-than", "soon"],
-            "--older-than: 'soon' is not a duration; write a number of milliseconds or a "
+            "Error: argument --older-than: 'soon' is not a duration; write a number of milliseconds or a "
             "number with a unit (ms, s, m, h, d, w), e.g. 30m, 2h or 7d.",
         ),
         (
             ["--older-than=-1h"],
-            "--older-than: '-1h' is not a duration; write a number of milliseconds or a "
+            "Error: argument --older-than: '-1h' is not a duration; write a number of milliseconds or a "
             "number with a unit (ms, s, m, h, d, w), e.g. 30m, 2h or 7d.",
         ),
         (
             ["--older-than", "1h", "--batch-size", "0"],
-            "--batch-size must be a whole number of at least 1, not '0'.",
+            "Error: argument --batch-size: expected an integer >= 1, got '0'",
         ),
         (
             ["--older-than", "1h", "--database", "nope"],
-            "Database 'nope' is not in settings.DATABASES.",
+            "Error: argument --database: 'nope' is not in settings.DATABASES; use one of "
+            + ", ".join(sorted(settings.DATABASES)),
         ),
         (
             [],
@@ -214,7 +217,7 @@ def read_until(stream, needle, deadline_s=60):
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_loop_sweeps_until_signalled(live_store, child_env, signum):
-    make(live_store, "succeeded", age_ms=2 * HOUR, n=3)
+    make_ids(live_store, "succeeded", age_ms=2 * HOUR, n=3)
     child = spawn_loop(child_env, "--older-than", "1h")
     try:
         head = read_until(child.stdout, "Deleted")
@@ -236,7 +239,7 @@ def test_loop_sweeps_until_signalled(live_store, child_env, signum):
 def test_progress_is_redrawn_in_place_on_a_terminal(live_store, child_env):
     import pty
 
-    make(live_store, "succeeded", age_ms=2 * HOUR, n=7)
+    make_ids(live_store, "succeeded", age_ms=2 * HOUR, n=7)
     controller, terminal = pty.openpty()
     try:
         child = subprocess.run(
@@ -267,7 +270,7 @@ def test_progress_is_redrawn_in_place_on_a_terminal(live_store, child_env):
 
 
 def test_a_signal_ends_a_one_off_sweep_after_the_batch_in_flight(live_store, child_env):
-    make(live_store, "succeeded", age_ms=2 * HOUR, n=200)
+    make_ids(live_store, "succeeded", age_ms=2 * HOUR, n=200)
     # One row per statement with the default 50 ms pause: about ten seconds of sweeping.
     child = subprocess.Popen(
         [sys.executable, "-m", "django", "cairnq_sweep", "--older-than", "1h",
