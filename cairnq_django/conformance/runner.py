@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from django.db import connections
 
 from ..records import (
     DEFAULT_CONFLICT,
@@ -40,9 +39,6 @@ __all__ = [
     "run_scenarios",
     "scenario_files",
 ]
-
-# Child tables first: a key row points at its task.
-CAIRNQ_ROW_TABLES = ("cairnq_task_keys", "cairnq_tasks")
 
 STEP_KEYS = {"op", "args", "save", "expect", "expectError"}
 EXPECT_STEP_KEYS = {"op", "target", *ASSERTIONS}
@@ -292,9 +288,11 @@ def run_scenario(store: Store, scenario: dict[str, Any]) -> ScenarioResult:
 
 def clear_tasks(store: Store) -> None:
     """Delete every CairnQ task and key row on the store's database."""
-    with store.atomic(), connections[store.using].cursor() as cursor:
-        for table in CAIRNQ_ROW_TABLES:
-            cursor.execute(f"DELETE FROM {table}")
+    from ..models import TaskKey
+
+    with store.atomic():  # keys first: a key row points at its task
+        TaskKey.objects.using(store.using).all().delete()
+        store.tasks().all().delete()
 
 
 def run_scenarios(
