@@ -292,3 +292,16 @@ def test_a_signal_ends_a_one_off_sweep_after_the_batch_in_flight(live_store, chi
     assert out == (
         f"Deleted {deleted} finished tasks older than 1h ({deleted} batches, stopped early).\n"
     )
+
+
+def test_loop_reports_an_empty_sweep_only_when_verbose(store, per_status, monkeypatch):
+    # --loop reports each sweep through on_sweep, quiet when it deleted nothing;
+    # one sweep stands in for the loop, which otherwise runs until a signal.
+    from cairnq_django.retention import RetentionSweeper
+
+    monkeypatch.setattr(RetentionSweeper, "run", lambda self: self.on_sweep(self.sweep_once()))
+    out, _ = sweep("--loop")
+    assert "Deleted" not in out
+    assert out.rstrip().endswith("Stopped.")
+    out, _ = sweep("--loop", verbosity=2)
+    assert "Deleted 0 tasks in all." in out

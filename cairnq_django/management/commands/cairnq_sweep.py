@@ -126,6 +126,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, **options):
+        self.verbosity: int = options["verbosity"]  # _report() is quieter below 2
         using = options["database"] or cairnq_settings.DATABASE
         rules = self._rules(options)
         progress = None
