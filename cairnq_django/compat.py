@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from dataclasses import fields
 
+SOURCE: str | None  # which module provides the framework, None when neither does
+
 try:
     from django.tasks import Task, TaskContext, TaskResult, TaskResultStatus, task, task_backends
     from django.tasks.backends.base import BaseTaskBackend

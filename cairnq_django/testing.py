@@ -265,8 +265,9 @@ def _install_hooks() -> None:
             _flush(atomic.using)
         return outcome
 
-    Store.submit_prepared = submit_prepared  # type: ignore[method-assign]
-    Store.submit_many = submit_many  # type: ignore[method-assign]
+    # The wrappers pass every argument through, so they take what the methods take.
+    Store.submit_prepared = submit_prepared  # type: ignore[method-assign,assignment]
+    Store.submit_many = submit_many  # type: ignore[method-assign,assignment]
     transaction.Atomic.__exit__ = atomic_exit  # type: ignore[method-assign]
 
 
@@ -298,7 +299,8 @@ def _flush(using: str | None) -> None:
     connection.run_on_commit = [
         entry for entry in connection.run_on_commit if not isinstance(entry[1], _RunOnCommit)
     ]
-    for _, callback, _ in survivors:
+    # django-stubs 5.2 types the entries as pairs; Django's are (savepoint ids, func, robust).
+    for _, callback, _ in survivors:  # type: ignore[misc]
         callback()
 
 

@@ -80,7 +80,7 @@ else:
         }
     }
 
-CAIRNQ = {}
+CAIRNQ: dict[str, object] = {}
 
 # Django's Tasks framework on the CairnQ backend (tests/test_tasks_backend*.py).
 # On Django 5.2 it comes from the django-tasks backport, whose app registers

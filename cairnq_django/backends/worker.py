@@ -163,7 +163,7 @@ class TaskHandler:
 class AsyncTaskHandler(TaskHandler):
     """The handler of a framework task whose function is a coroutine."""
 
-    async def __call__(self, ctx: Any, payload: Any) -> Any:  # type: ignore[override]
+    async def __call__(self, ctx: Any, payload: Any) -> Any:
         args, kwargs = self.arguments(payload)
         result = await _on_db(ctx, self.start, ctx)
         try:

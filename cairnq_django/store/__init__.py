@@ -1,6 +1,10 @@
 """The protocol store: every CairnQ operation, over a Django database alias."""
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    # What __getattr__ returns, for type checkers; at run time base.py loads lazily.
+    from .base import Store, get_store
 
 __all__ = ["Store", "get_store"]
 

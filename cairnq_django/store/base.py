@@ -13,9 +13,10 @@ once per shape. sql.py holds the few statements the ORM cannot express.
 
 from __future__ import annotations
 
+import builtins  # Store.list() shadows `list` in the annotations of the methods after it
 import threading
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import Any, cast
 
 from django.db import connections, transaction
 from django.db.models import Case, Count, Exists, QuerySet, Value, When
@@ -32,7 +33,7 @@ from ..errors import (
 )
 from ..ids import new_task_id, now_ms
 from ..jsoncodec import check_text, storable
-from ..querysets import one_of
+from ..querysets import TaskQuerySet, one_of
 from ..records import (
     COLUMNS,
     DEFAULT_CONFLICT,
@@ -177,7 +178,7 @@ class Store:
             cursor.execute(sql, params)
             return [_record(row) for row in cursor.fetchall()]
 
-    def tasks(self) -> QuerySet:
+    def tasks(self) -> TaskQuerySet:
         """The Task QuerySet of this alias (querysets.TaskQuerySet)."""
         return _tasks_of(self.using)
 
@@ -284,16 +285,17 @@ class Store:
             with connection.cursor() as cursor:
                 copy = getattr(cursor.cursor, "copy", None)  # psycopg 3; psycopg2 has none
                 if copy is not None:
-                    now = self.clock_ms()
-                    sql.copy_rows(copy, specs, now)
-                    return [_inserted_record(spec, now) for spec in specs]
+                    copied_at = self.clock_ms()
+                    sql.copy_rows(copy, specs, copied_at)
+                    return [_inserted_record(spec, copied_at) for spec in specs]
         now = now_ms() if self.dialect.uses_process_clock else None
         for start in range(0, len(specs), _INSERT_ROWS):
             chunk = specs[start : start + _INSERT_ROWS]
             found = self._run(_INSERT, shape=(len(chunk),), rows=chunk, now=now)
             if now is None:
                 now = found[0][0]
-        return [_inserted_record(spec, now) for spec in specs]
+        # `now` is still None here only when there were no specs.
+        return [_inserted_record(spec, cast(int, now)) for spec in specs]
 
     def submit(
         self,
@@ -400,7 +402,7 @@ class Store:
         correlation_id: str | None = None,
         limit: int = 100,
         offset: int = 0,
-    ) -> list[TaskRecord]:
+    ) -> builtins.list[TaskRecord]:
         if status is not None and status not in STATUSES:
             raise ValueError(f"Unknown status {status!r}; use one of {', '.join(STATUSES)}.")
         check_integer("limit", limit, minimum=0)
@@ -469,7 +471,7 @@ class Store:
         status: str | None = None,
         name: str | None = None,
         limit: int = 1000,
-    ) -> list[str]:
+    ) -> builtins.list[str]:
         """Delete up to `limit` terminal tasks completed over older_than_ms ago, oldest first."""
         check_integer("older_than_ms", older_than_ms, minimum=0)
         check_integer("limit", limit)
@@ -491,7 +493,7 @@ class Store:
         self._verify_protocol()
         return self.tasks().purgeable(older_than_ms, queue=queue, status=status, name=name).count()
 
-    def purge_ids(self, task_ids: Sequence[str], *, chunk_size: int = 500) -> list[str]:
+    def purge_ids(self, task_ids: Sequence[str], *, chunk_size: int = 500) -> builtins.list[str]:
         """Delete the finished tasks among `task_ids`, keeping live ones; return the deleted ids.
 
         Each chunk is its own short statement, so a large selection never holds
@@ -516,7 +518,7 @@ class Store:
         )
         return bool(rows) and (bool(rows[0][0]) or bool(rows[0][1]))
 
-    def recover_leases(self) -> list[TaskRecord]:
+    def recover_leases(self) -> builtins.list[TaskRecord]:
         """Settle every task whose lease expired; run inside the claim transaction."""
         return self._tasks(_RECOVER, {"lease_error": _LEASE_EXPIRED})
 
@@ -529,7 +531,7 @@ class Store:
         limit: int = 1,
         names: Sequence[str] | None = None,
         draws: Iterable[tuple[Sequence[str] | None, int]] | None = None,
-    ) -> list[TaskRecord]:
+    ) -> builtins.list[TaskRecord]:
         """Recover expired leases, then take up to `limit` due tasks, in one transaction.
 
         `draws` lets a worker take several per-name quotas in the same
@@ -554,7 +556,7 @@ class Store:
         claimed.sort(key=lambda t: (-t.priority, t.run_at_ms, t.id))
         return claimed
 
-    def _claim_in_transaction(self, queues, worker_id, lease_ms, plan) -> list[TaskRecord]:
+    def _claim_in_transaction(self, queues, worker_id, lease_ms, plan) -> builtins.list[TaskRecord]:
         claimed: list[TaskRecord] = []
         with self.atomic():
             self.recover_leases()
@@ -570,7 +572,7 @@ class Store:
         lease_ms: int,
         names: Sequence[str] | None,
         limit: int,
-    ) -> list[TaskRecord] | None:
+    ) -> builtins.list[TaskRecord] | None:
         """Postgres: recover and claim as one two-statement query, one round trip.
 
         Postgres runs the statements of one simple-protocol query as a single
@@ -664,7 +666,7 @@ class Store:
 
     def complete_encoded_many(
         self, items: Sequence[tuple[str, str, str | None]]
-    ) -> list[TaskRecord | None]:
+    ) -> builtins.list[TaskRecord | None]:
         """Complete several runs in ONE transaction; None where the lease was no longer held.
 
         Each item is (task_id, worker_id, result encoded by encode_result).
@@ -722,7 +724,7 @@ def _models():
     return models
 
 
-def _tasks_of(using: str) -> QuerySet:
+def _tasks_of(using: str) -> TaskQuerySet:
     return _models().Task.objects.using(using)
 
 
@@ -751,7 +753,7 @@ def _claim_shape(queues, names, limit: int) -> tuple:
     return (len(queues), None if names is None else len(names), limit)
 
 
-def _claimable(using: str, queues: int, names: int | None) -> QuerySet:
+def _claimable(using: str, queues: int, names: int | None) -> TaskQuerySet:
     return _tasks_of(using).claimable(
         _texts("q", queues), None if names is None else _texts("n", names)
     )

@@ -130,7 +130,7 @@ class LiteralIn(Expression):
     def get_source_expressions(self) -> list[Any]:
         return [self.column]
 
-    def set_source_expressions(self, exprs: list[Any]) -> None:
+    def set_source_expressions(self, exprs: Sequence[Any]) -> None:
         (self.column,) = exprs
 
     def as_sql(self, compiler, connection) -> tuple[str, list[Any]]:
@@ -153,7 +153,7 @@ class RawText(Expression):
     def get_source_expressions(self) -> list[Any]:
         return [self.column]
 
-    def set_source_expressions(self, exprs: list[Any]) -> None:
+    def set_source_expressions(self, exprs: Sequence[Any]) -> None:
         (self.column,) = exprs
 
     def as_sql(self, compiler, connection) -> tuple[str, list[Any]]:

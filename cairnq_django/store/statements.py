@@ -15,10 +15,10 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from django.db import connections
-from django.db.models import QuerySet
+from django.db.models import Model, QuerySet
 from django.db.models.sql import DeleteQuery, InsertQuery, UpdateQuery
 
 from ..ids import now_ms
@@ -33,9 +33,9 @@ def select_sql(queryset: QuerySet) -> Template:
     return queryset.query.get_compiler(queryset.db).as_sql()
 
 
-def update_sql(queryset: QuerySet, values: Mapping[str, Any], returning: str) -> Template:
+def update_sql(queryset: QuerySet, values: dict[str, Any], returning: str) -> Template:
     """`queryset.update(**values)` as SQL, returning the rows it changed."""
-    query = queryset.query.chain(UpdateQuery)
+    query = cast(UpdateQuery, queryset.query.chain(UpdateQuery))  # chain(klass) returns a klass
     query.add_update_values(values)
     query.annotations = {}
     sql, params = query.get_compiler(queryset.db).as_sql()
@@ -50,7 +50,7 @@ def delete_sql(queryset: QuerySet, returning: str) -> Template:
     return f"{sql} RETURNING {returning}", params
 
 
-def insert_sql(model, fields: Sequence[str], rows: Sequence[Any], using: str, *,
+def insert_sql(model, fields: Sequence[str], rows: list[Model], using: str, *,
                returning: Sequence[str] = (), on_conflict=None, update_fields=(),
                unique_fields=()) -> Template:
     """A multi-row INSERT of unsaved model instances whose values may be expressions."""
