@@ -129,8 +129,9 @@ class Worker:
         self._loop_thread: EventLoopThread | None = None
         self._heartbeat: Heartbeat | None = None
         self._scheduler: Scheduler | None = None
-        # The alias's wakeup from _start() on; plain sleeps before, and after it fails.
-        self._wakeup: Wakeup = Wakeup()
+        # The alias's wakeup from _start() on; before that, or once it fails,
+        # sleeps that only a call of this worker ending cuts short.
+        self._wakeup: Wakeup = _EventWait(self._changed)
         self._presence: Presence | None = None
         self._connection_policy = WorkerConnectionPolicy()
 
@@ -428,7 +429,7 @@ class Worker:
                     return
             except Exception as exc:
                 self.report(exc, phase="wakeup")
-                self._wakeup = _EventWait(self._changed)  # polling from now on
+                self._wakeup = _EventWait(self._changed)  # plain polling from now on
 
     # ------------------------------------------------------------ schedules
     def _start_scheduler(self) -> None:
