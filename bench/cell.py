@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 
-from .adapters import BACKEND, DB, SYSTEM, Probe, get_adapter, setting_env
+from .adapters import BACKEND, SYSTEM, Probe, get_adapter, setting_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOG_DIR = os.environ.get("BENCH_LOG_DIR", "/tmp")

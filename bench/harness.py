@@ -17,7 +17,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import time
 
 from . import limits
 
@@ -220,7 +219,7 @@ def main() -> None:
     workloads = opts.workloads.split(",")
     dbs = Databases(opts.workdir)
     limit_s = opts.limit_seconds or (3 if opts.quick else 10)
-    started = dt.datetime.now(dt.timezone.utc)
+    started = dt.datetime.now(dt.UTC)
     results: dict = {
         "started": started.isoformat(timespec="seconds"),
         "command": "bench/run " + " ".join(sys.argv[1:]),
@@ -283,7 +282,7 @@ def main() -> None:
                         results["cells"].append(cell)
                         log(f"   {workload} {' '.join(full[1:])}: {_brief(summary)}")
             dbs.drop_all(system, backend)
-    results["finished"] = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    results["finished"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     from .report import render
 
     table = render(results)

@@ -17,6 +17,7 @@ from .retention import retention_config_errors
 from .schedules import checks as _schedule_checks  # noqa: F401  (registers them)
 from .validators import is_integer
 
+# isort: split
 # Importing the Tasks framework registers its check, which runs each TASKS
 # backend's check() (CairnQBackend's among them).
 from . import compat as _compat  # noqa: F401,E402

@@ -32,6 +32,10 @@ try:
 except ImportError:
     try:
         from django_tasks import TaskContext, TaskResult, TaskResultStatus, task, task_backends
+
+        # The backport registers its system check from its app's ready();
+        # registering it here runs it without the app too (once either way).
+        from django_tasks import checks as _checks  # noqa: F401
         from django_tasks.backends.base import BaseTaskBackend
         from django_tasks.base import (
             DEFAULT_TASK_QUEUE_NAME,
@@ -44,10 +48,6 @@ except ImportError:
         from django_tasks.exceptions import TaskResultDoesNotExist, TaskResultMismatch
         from django_tasks.signals import task_enqueued, task_finished, task_started
         from django_tasks.utils import normalize_json
-
-        # The backport registers its system check from its app's ready();
-        # registering it here runs it without the app too (once either way).
-        from django_tasks import checks as _checks  # noqa: F401
 
         SOURCE = "django_tasks"
     except ImportError:

@@ -142,5 +142,6 @@ class PeerMigration(models.Model):
 # Django finds it.
 from .schedules.models import ScheduleState  # noqa: E402,F401
 
+# isort: split
 # The workers table belongs to observability; importing it here is how Django finds it.
 from .observability.models import WorkerRecord  # noqa: E402,F401

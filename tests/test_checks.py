@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import copy
 import subprocess
 import sys
 import textwrap
@@ -10,7 +9,6 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from django.conf import settings
 from django.core.checks import Error, Warning
 from django.test import override_settings
 

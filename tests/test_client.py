@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from datetime import datetime, timedelta, timezone as dt_timezone
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from asgiref.sync import sync_to_async
@@ -111,7 +111,7 @@ def test_delay_as_timedelta_or_milliseconds(db):
 
 
 def test_run_at_takes_an_aware_datetime(db):
-    when = datetime.now(dt_timezone.utc) + timedelta(hours=1)
+    when = datetime.now(UTC) + timedelta(hours=1)
     task = cairnq_django.enqueue("later", run_at=when)
     assert abs(task.run_at_ms - int(when.timestamp() * 1000)) < 2_000
     past = cairnq_django.enqueue("later", run_at=when - timedelta(days=1))
@@ -124,7 +124,7 @@ def test_run_at_takes_an_aware_datetime(db):
         {"run_at": datetime(2030, 1, 1)},
         {"delay": -1},
         {"delay": "5s"},
-        {"delay": 5, "run_at": datetime(2030, 1, 1, tzinfo=dt_timezone.utc)},
+        {"delay": 5, "run_at": datetime(2030, 1, 1, tzinfo=UTC)},
         {"conflict": "overwrite"},
         {"max_attempts": 0},
         {"priority": 1.5},

@@ -10,10 +10,10 @@ import signal
 import pytest
 
 from cairnq_django import enqueue, get
-from cairnq_django.store import get_store
 from cairnq_django.admin.views.dashboard import MINUTE_MS
 from cairnq_django.models import Task, WorkerRecord
 from cairnq_django.observability.overview import database_now_ms
+from cairnq_django.store import get_store
 from tests.workerutil import WorkerProcess, wait_for
 
 from .test_admin_browser import ARTIFACTS, _login, _make, _messages, _user, browser  # noqa: F401

@@ -7,7 +7,6 @@ connection boundary in both directions.
 
 from __future__ import annotations
 
-
 import pytest
 from django.db import connection
 

@@ -10,9 +10,8 @@ shows whether an index can serve the query at all, whatever the table's size.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 import re
+from contextlib import contextmanager
 
 import pytest
 from django.db import connection

@@ -20,8 +20,7 @@ from asgiref.sync import sync_to_async
 from django.db import connection, connections
 from django.test import override_settings
 
-from cairnq_django import client, wakeup
-from cairnq_django import TaskTimeout
+from cairnq_django import TaskTimeout, client, wakeup
 from cairnq_django.wakeup import (
     FileWatch,
     PostgresWakeup,

@@ -17,8 +17,8 @@ from django.apps import apps
 # which imports this package first; a project without django.contrib.admin
 # must still be able to, and it has no admin site (nor LogEntry) to register with.
 if apps.is_installed("django.contrib.admin"):
+    from ..schedules.admin import ScheduleAdmin
     from .tasks import TaskAdmin
     from .views.workers import WorkerAdmin
-    from ..schedules.admin import ScheduleAdmin
 
     __all__ = ["ScheduleAdmin", "TaskAdmin", "WorkerAdmin"]

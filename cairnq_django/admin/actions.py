@@ -17,7 +17,8 @@ from django.contrib.admin.models import CHANGE, DELETION, LogEntry
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
-from django.utils.translation import gettext as _, gettext_lazy, ngettext
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy, ngettext
 
 from ..models import Task
 from ..records import LIVE_STATUSES, TERMINAL_STATUSES

@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-
 from ..records import (
     DEFAULT_CONFLICT,
     DEFAULT_LEASE_MS,

@@ -25,8 +25,7 @@ from typing import Any
 from django.core.exceptions import ImproperlyConfigured
 
 try:
-    from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
-    from prometheus_client import start_http_server
+    from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, start_http_server
     from prometheus_client.core import GaugeMetricFamily
 except ImportError as exc:  # pragma: no cover - depends on the environment
     raise ImproperlyConfigured(

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..store.admin_reads import QueueStats, queue_stats
 from ..models import Task
 from ..store import get_store
+from ..store.admin_reads import QueueStats, queue_stats
 from .models import WorkerRecord
 
 

@@ -18,7 +18,7 @@ import logging
 import threading
 from collections.abc import Callable
 from contextlib import nullcontext
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from django.db import connections
@@ -41,7 +41,7 @@ _RETRY_MAX_MS = 5_000
 
 
 def _iso(ms: int) -> str:
-    return datetime.fromtimestamp(ms / 1000, timezone.utc).isoformat(timespec="milliseconds")
+    return datetime.fromtimestamp(ms / 1000, UTC).isoformat(timespec="milliseconds")
 
 
 class Scheduler:

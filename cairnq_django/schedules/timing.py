@@ -11,7 +11,7 @@ every worker computes the same occurrences.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from cronsim import CronSim, CronSimError
@@ -20,11 +20,11 @@ __all__ = ["CronSimError", "CronTiming", "IntervalTiming", "explain_cron"]
 
 
 def _to_datetime(ms: int) -> datetime:
-    return datetime(1970, 1, 1, tzinfo=timezone.utc) + timedelta(milliseconds=ms)
+    return datetime(1970, 1, 1, tzinfo=UTC) + timedelta(milliseconds=ms)
 
 
 def _to_ms(value: datetime) -> int:
-    delta = value - datetime(1970, 1, 1, tzinfo=timezone.utc)
+    delta = value - datetime(1970, 1, 1, tzinfo=UTC)
     return (delta.days * 86_400 + delta.seconds) * 1000 + delta.microseconds // 1000
 
 
@@ -81,7 +81,7 @@ class IntervalTiming:
 
 def explain_cron(expression: str) -> str:
     try:
-        return CronSim(expression, datetime.now(timezone.utc)).explain()
+        return CronSim(expression, datetime.now(UTC)).explain()
     except Exception:  # explain() covers less syntax than the parser does
         return expression
 

@@ -143,7 +143,7 @@ class Waits(Wakeup):
                     return False
                 try:
                     await asyncio.wait_for(event.wait(), remaining)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     pass
         finally:
             with self._cond:

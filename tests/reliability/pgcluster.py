@@ -90,7 +90,7 @@ class ThrowawayCluster:
 
     # ------------------------------------------------------------ lifecycle
     @classmethod
-    def create(cls) -> "ThrowawayCluster":
+    def create(cls) -> ThrowawayCluster:
         """initdb and start a cluster; on any failure, clean up and raise."""
         bindir = find_bindir()
         if bindir is None:

@@ -29,7 +29,7 @@ DEEP_JSON = "[" * 5000 + "]" * 5000
 # {"a":"<0xff>"}: SQLite stores it as TEXT (and json_valid accepts it), but it is not UTF-8.
 BAD_UTF8_HEX = "7b2261223a22ff227d"
 # {"html":"<script>alert(1)</script><0xff>"}
-BAD_UTF8_SCRIPT_HEX = ('{"html":"<script>alert(1)</script>'.encode() + b'\xff"}').hex()
+BAD_UTF8_SCRIPT_HEX = (b'{"html":"<script>alert(1)</script>' + b'\xff"}').hex()
 
 JSON_COLUMNS = ("payload", "metadata", "result", "error")
 

@@ -8,8 +8,7 @@ never make a real worker process import anything, crash or stall.
 from __future__ import annotations
 
 import json
-from datetime import datetime, timedelta
-from datetime import timezone as dt_timezone
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 
@@ -37,7 +36,7 @@ def task_rows() -> int:
         return cursor.fetchone()[0]
 
 
-FUTURE = datetime(2030, 1, 1, tzinfo=dt_timezone.utc)
+FUTURE = datetime(2030, 1, 1, tzinfo=UTC)
 
 # (case id, enqueue keyword arguments, the exception, words its message must hold)
 REFUSED = [
@@ -141,7 +140,7 @@ STORED = [
     ("four-byte-characters-at-the-limits",
      {"name": "😀" * 255, "queue": "🜁" * 255, "key": "🔑" * 512, "correlation_id": "c" * 255}),
     ("int32-limits", {"priority": -(2**31), "max_attempts": 2**31 - 1}),
-    ("far-future-run-at", {"run_at": datetime(9999, 12, 31, tzinfo=dt_timezone.utc)}),
+    ("far-future-run-at", {"run_at": datetime(9999, 12, 31, tzinfo=UTC)}),
     ("metadata-nested", {"metadata": {"trace": {"id": "abc", "spans": [1, 2]}}}),
 ]
 
