@@ -8,7 +8,8 @@ from typing import Any, cast
 
 from django.apps import AppConfig
 from django.conf import settings
-from django.core.checks import CheckMessage, Error, Tags, Warning, register
+from django.core.checks import CheckMessage, Error, Tags, register
+from django.core.checks import Warning as CheckWarning
 from django.db import DEFAULT_DB_ALIAS
 from django.utils.module_loading import import_string
 
@@ -169,7 +170,7 @@ def _router_errors(alias: str) -> list[CheckMessage]:
     if "cairnq_django.routers.CairnQRouter" in routers:
         return []
     return [
-        Warning(
+        CheckWarning(
             f"settings.CAIRNQ['DATABASE'] is {alias!r}, but CairnQRouter is not in "
             "settings.DATABASE_ROUTERS, so the admin and ORM look for the CairnQ tables in "
             "the default database and `migrate` creates them in every database.",
@@ -218,7 +219,7 @@ def database_errors(alias: str) -> list[CheckMessage]:
         )
     if "journal_mode=wal" not in str(options.get("init_command", "")).lower().replace(" ", ""):
         errors.append(
-            Warning(
+            CheckWarning(
                 f"SQLite database {alias!r} does not set WAL journaling, so readers and "
                 "the writer block each other.",
                 hint=f"Set DATABASES[{alias!r}]['OPTIONS']['init_command'] = "
@@ -229,7 +230,7 @@ def database_errors(alias: str) -> list[CheckMessage]:
     timeout = options.get("timeout", 5)
     if not isinstance(timeout, (int, float)) or timeout < 5:
         errors.append(
-            Warning(
+            CheckWarning(
                 f"SQLite database {alias!r} waits only {timeout!r} s for the write lock.",
                 hint=f"Set DATABASES[{alias!r}]['OPTIONS']['timeout'] = 20 (seconds).",
                 id="cairnq.W014",

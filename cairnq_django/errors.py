@@ -137,7 +137,12 @@ class TaskError(CairnQError):
 
 
 def error_envelope(
-    *, type: str, code: str, message: str, retryable: bool, details: dict[str, Any] | None = None
+    *,
+    type: str,  # noqa: A002 - the envelope's field; keyword-only, so the builtin is not needed here
+    code: str,
+    message: str,
+    retryable: bool,
+    details: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Build the protocol's JSON error envelope."""
     return {

@@ -126,6 +126,9 @@ class ProtocolMeta(models.Model):
         verbose_name = _("protocol metadata")
         verbose_name_plural = _("protocol metadata")
 
+    def __str__(self) -> str:
+        return self.key
+
 
 class PeerMigration(models.Model):
     """A row of the peers' own migration ledger (not Django's)."""
@@ -136,6 +139,9 @@ class PeerMigration(models.Model):
     class Meta:
         db_table = "cairnq_migrations"
         verbose_name = _("peer migration")
+
+    def __str__(self) -> str:
+        return self.name
 
 
 # The schedules' state table lives with the scheduler; importing it here is how

@@ -146,7 +146,7 @@ class TaskRunner:
     # ------------------------------------------------------------ one attempt
     def _run(self, row: TaskRecord) -> Ran:
         registration = self.registry.get(row.name)
-        assert registration is not None  # only registered names are claimed
+        assert registration is not None  # noqa: S101 - only registered names are claimed
         ctx = _TestContext(
             store=self.store, task=row, worker_id=self.worker_id, lease_ms=_LEASE_MS,
             retry_backoff_base_ms=0, retry_backoff_cap_ms=0, retries=self.retries,

@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from contextlib import suppress
 from typing import TYPE_CHECKING
 
 from django.db import InterfaceError, OperationalError, connections
@@ -92,10 +93,8 @@ def _drop_if_broken(alias: str) -> bool:
     except Exception:
         broken = True
     if broken:
-        try:
+        with suppress(Exception):
             conn.close()
-        except Exception:
-            pass
     return broken
 
 

@@ -103,7 +103,7 @@ def same(actual: Any, expected: Any) -> bool:
         return (
             isinstance(actual, (list, tuple))
             and len(actual) == len(expected)
-            and all(same(a, e) for a, e in zip(actual, expected))
+            and all(same(a, e) for a, e in zip(actual, expected, strict=True))
         )
     return type(actual) is type(expected) and actual == expected
 

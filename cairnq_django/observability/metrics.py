@@ -171,7 +171,7 @@ def disconnect_worker_metrics() -> None:
         signal.disconnect(receiver, dispatch_uid=f"cairnq-metrics-{receiver.__name__}")
 
 
-def serve_worker_metrics(port: int, addr: str = "0.0.0.0") -> int:
+def serve_worker_metrics(port: int, addr: str = "0.0.0.0") -> int:  # noqa: S104 - scraped from elsewhere
     """Count this worker's tasks and serve them on http://addr:port/metrics; return the port."""
     connect_worker_metrics()
     started = start_http_server(port, addr=addr)

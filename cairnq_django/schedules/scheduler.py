@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from contextlib import nullcontext
+from contextlib import nullcontext, suppress
 from datetime import UTC, datetime
 from typing import Any
 
@@ -168,7 +168,5 @@ class Scheduler:
 
 
 def _close(using: str) -> None:
-    try:
+    with suppress(Exception):
         connections[using].close()
-    except Exception:
-        pass

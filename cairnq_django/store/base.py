@@ -736,7 +736,7 @@ def _task_columns(queryset: QuerySet, dialect: Dialect) -> QuerySet:
 
 
 def _record(row: Sequence[Any]) -> TaskRecord:
-    return TaskRecord.from_row(dict(zip(COLUMNS, row)))
+    return TaskRecord.from_row(dict(zip(COLUMNS, row, strict=True)))
 
 
 def _texts(name: str, count: int) -> list:

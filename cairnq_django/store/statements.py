@@ -133,5 +133,5 @@ class Statement:
             else:
                 params.append(param)
         if "%(p0)s" in sql:
-            return sql, dict(zip(_NAMES, params))
+            return sql, dict(zip(_NAMES, params, strict=False))  # _NAMES is the longest there is
         return sql, params

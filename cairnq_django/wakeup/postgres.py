@@ -11,6 +11,7 @@ import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
+from contextlib import suppress
 from typing import Any
 
 from django.db import connections
@@ -114,10 +115,8 @@ class PostgresWakeup(Waits):
                     self._listening = False
                     self.backend_pid = None
                 if conn is not None:
-                    try:
+                    with suppress(Exception):
                         conn.close()
-                    except Exception:
-                        pass
             self._stop.wait(backoff)
             backoff = min(backoff * 2, RECONNECT_MAX_S)
 

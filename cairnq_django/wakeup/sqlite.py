@@ -293,8 +293,9 @@ class SQLiteWakeup(Waits):
             with self._db_lock:
                 if self._db is None:
                     return True
+                # Only placeholders go into the text: marks is "?, ?, ...".
                 row = self._db.execute(
-                    "SELECT EXISTS (SELECT 1 FROM cairnq_tasks WHERE status = 'queued'"
+                    "SELECT EXISTS (SELECT 1 FROM cairnq_tasks WHERE status = 'queued'"  # noqa: S608
                     f" AND queue IN ({marks}) AND run_at_ms <= ?)",
                     [*queues, now_ms()],
                 ).fetchone()
@@ -327,7 +328,7 @@ class SQLiteWakeup(Waits):
         while True:
             target = seen
 
-            def changed() -> bool:
+            def changed(target: int = target) -> bool:
                 return self._changes != target
 
             if not self._wait_until(changed, deadline - time.monotonic()):
@@ -361,9 +362,11 @@ class SQLiteWakeup(Waits):
             seen = self._changes
         while True:
             target = seen
-            if not await self._await_until(
-                lambda: self._changes != target, deadline - loop.time()
-            ):
+
+            def changed(target: int = target) -> bool:
+                return self._changes != target
+
+            if not await self._await_until(changed, deadline - loop.time()):
                 return False
             with self._cond:
                 seen = self._changes

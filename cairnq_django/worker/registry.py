@@ -114,7 +114,7 @@ def _identity(fn: Handler) -> str:
 def _is_async(fn: Handler) -> bool:
     if inspect.iscoroutinefunction(fn):
         return True
-    call = getattr(type(fn), "__call__", None)
+    call = getattr(type(fn), "__call__", None)  # noqa: B004 - the method, to ask if it is async
     return call is not None and inspect.iscoroutinefunction(call)
 
 

@@ -153,7 +153,7 @@ class Settler:
             return
         self.groups += 1
         self.settled += sum(row is not None for row in rows)
-        for item, row in zip(group, rows):
+        for item, row in zip(group, rows, strict=True):  # a row per item, None if lost
             if row is None:
                 item.future.set_exception(LostLease(item.task_id))
             else:

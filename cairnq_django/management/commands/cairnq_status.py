@@ -17,7 +17,7 @@ from cairnq_django.validators import cli_database
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
     return [
-        "  ".join(str(cell).ljust(width) for cell, width in zip(row, widths)).rstrip()
+        "  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
         for row in [header, *rows]
     ]
 

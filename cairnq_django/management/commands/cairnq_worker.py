@@ -97,7 +97,8 @@ class Command(BaseCommand):
             "logged at start). Give each worker on a host its own port.",
         )
         parser.add_argument(
-            "--metrics-addr", default="0.0.0.0", metavar="ADDR",
+            # All interfaces by default: Prometheus scrapes from another host.
+            "--metrics-addr", default="0.0.0.0", metavar="ADDR",  # noqa: S104
             help="Address the --metrics-port server listens on. Default: 0.0.0.0.",
         )
         parser.add_argument(
