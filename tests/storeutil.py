@@ -78,7 +78,7 @@ def sql(using: str, statement: str, params=None) -> list[dict]:
         if cursor.description is None:
             return []
         columns = [column[0] for column in cursor.description]
-        return [dict(zip(columns, row)) for row in cursor.fetchall()]
+        return [dict(zip(columns, row, strict=True)) for row in cursor.fetchall()]
 
 
 def raw(store, sql: str, params=None):

@@ -9,7 +9,8 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
-from django.core.checks import Error, Warning
+from django.core.checks import Error
+from django.core.checks import Warning as CheckWarning
 from django.test import override_settings
 
 from cairnq_django.checks import check_database, check_settings
@@ -135,7 +136,7 @@ def test_sqlite_without_immediate_transactions_is_an_error():
 def test_sqlite_without_wal_warns():
     options = dict(GOOD_SQLITE, init_command="PRAGMA synchronous=NORMAL")
     [warning] = run_checks(databases={"default": sqlite_db(**options)})
-    assert isinstance(warning, Warning) and warning.id == "cairnq.W013"
+    assert isinstance(warning, CheckWarning) and warning.id == "cairnq.W013"
 
 
 @pytest.mark.parametrize("timeout", [1, "20"])

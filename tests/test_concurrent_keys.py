@@ -82,7 +82,7 @@ async def main():
 
 RENDEZVOUS = %r
 asyncio.run(main())
-""" % RENDEZVOUS
+""" % RENDEZVOUS  # noqa: UP031 - the script's own braces stay literal
 
 DJANGO_BULK = """
 import os, sys

@@ -77,7 +77,9 @@ def test_migrate_puts_the_queue_tables_only_in_the_queue_database():
     # ... and nothing else goes there.
     assert "auth_user" in tables("default") and "auth_user" not in tables("queue")
     # (sqlite_stat1 holds the planner statistics the migration gathers.)
-    assert not {t for t in tables("queue") if not t.startswith(("cairnq", "django_migrations", "sqlite_stat"))}
+    assert not {
+        t for t in tables("queue") if not t.startswith(("cairnq", "django_migrations", "sqlite_stat"))
+    }
 
 
 @need_multidb

@@ -53,7 +53,7 @@ def test_a_worker_serves_its_counters_and_histograms(live_store, child_env):
         )
         url = f"http://127.0.0.1:{match.group(1)}/metrics"
         for task in [*ok, bad, flaky]:
-            wait_for(lambda: get(task.id).status in ("succeeded", "failed"), timeout=60)
+            wait_for(lambda task=task: get(task.id).status in ("succeeded", "failed"), timeout=60)
 
         def scrape():
             found = samples(urllib.request.urlopen(url, timeout=10).read().decode())

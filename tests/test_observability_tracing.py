@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from cairnq_django import enqueue, enqueue_many, get
+from cairnq_django import SerializationError, enqueue, enqueue_many, get
 from cairnq_django.worker import Registry, Worker
 from tests.workerutil import ROOT
 
@@ -104,7 +104,7 @@ def test_enqueue_many_traces_each_task_and_leaves_the_callers_dict_alone(store, 
 
 def test_a_refused_enqueue_ends_its_span_as_an_error(store, spans):
     _, exporter = spans
-    with pytest.raises(Exception):
+    with pytest.raises(SerializationError):
         enqueue("obs.bad", {"x": float("nan")})
     [span] = exporter.get_finished_spans()
     assert span.name == "cairnq enqueue obs.bad"

@@ -44,7 +44,7 @@ def test_a_batch_past_the_copy_threshold_reads_back_exactly(store):
     items = big_batch(count)
     tasks = cairnq_django.enqueue_many(items)
     assert len(tasks) == count
-    for item, task in zip(items, tasks):
+    for item, task in zip(items, tasks, strict=True):
         stored = store.get(task.id)
         assert stored == task  # the returned record is what the row holds
         assert stored.name == item["name"] and stored.status == "queued"

@@ -36,7 +36,7 @@ def test_enqueue_writes_a_row_and_returns_a_ready_result(store):
     assert row.payload == {"args": [2], "kwargs": {"b": 3}}
     assert (row.queue, row.priority, row.max_attempts, row.status) == ("default", 0, 1, "queued")
     with pytest.raises(ValueError, match="not finished yet"):
-        result.return_value
+        _ = result.return_value
 
 
 def test_task_options_reach_the_row(store):
@@ -188,7 +188,7 @@ def test_a_canceled_task_reads_as_failed_and_keeps_its_status(store):
     assert result.errors[0].exception_class is cairnq_django.TaskCanceled
     assert cairnq_django.get(result.id).status == "canceled"
     with pytest.raises(ValueError, match="Task failed"):
-        result.return_value
+        _ = result.return_value
 
 
 def test_the_row_maps_onto_the_result(store):

@@ -83,7 +83,7 @@ def test_the_worker_runs_framework_tasks(live_store, child_env, tmp_path):
     assert error.exception_class_path == "builtins.ValueError"
     assert "Traceback" in error.traceback and "ValueError: it broke" in error.traceback
     with pytest.raises(ValueError, match="Task failed"):
-        failed.return_value
+        _ = failed.return_value
     row = cairnq_django.get(failed.id)
     assert (row.error["type"], row.error["code"], row.error["message"]) == (
         "ValueError", "handler_error", "it broke"

@@ -22,6 +22,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from contextlib import suppress
 from pathlib import Path
 
 import psycopg
@@ -183,11 +184,9 @@ class ThrowawayCluster:
 
     def destroy(self) -> None:
         """Stop the server at once (if it runs) and delete its directory; never raises."""
-        try:
+        with suppress(Exception):
             if (self.data / "postmaster.pid").exists():
                 self._pg_ctl("stop", mode="immediate")
-        except Exception:
-            pass
         shutil.rmtree(self.root, ignore_errors=True)
 
     # ------------------------------------------------------------- clients

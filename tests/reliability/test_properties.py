@@ -45,7 +45,7 @@ def all_rows() -> dict[str, dict]:
             " max_attempts, cancel_requested_at_ms FROM cairnq_tasks"
         )
         columns = [c[0] for c in cursor.description]
-        return {row[0]: dict(zip(columns, row)) for row in cursor.fetchall()}
+        return {row[0]: dict(zip(columns, row, strict=True)) for row in cursor.fetchall()}
 
 
 def key_rows() -> dict[str, str]:
@@ -202,7 +202,7 @@ class QueueMachine(RuleBasedStateMachine):
     @invariant()
     def rows_keep_the_protocol(self):
         rows = all_rows()
-        for task_id, row in rows.items():
+        for row in rows.values():
             running = row["status"] == "running"
             assert (row["lease_until_ms"] is not None) == running, row
             if running:
