@@ -211,7 +211,8 @@ def main() -> None:
     parser.add_argument("--limit-seconds", type=float, default=None)
     parser.add_argument("--workdir", default="/tmp/cairnq_bench")
     parser.add_argument("--write-docs", action="store_true",
-                        help="replace the results in docs/benchmarks.md (and, for a run of both backends, the README table)")
+                        help="replace the results in docs/benchmarks.md (and, for a run of both"
+                             " backends, the README table)")
     opts = parser.parse_args()
     reps = opts.reps or (1 if opts.quick else 3)
     backends = opts.backends.split(",")
@@ -266,7 +267,7 @@ def main() -> None:
                     for setting in settings:
                         full = args + (["--setting", setting] if setting else [])
                         runs = []
-                        for rep in range(reps):
+                        for _ in range(reps):
                             try:
                                 runs.append(run_cell(dbs, system, backend, full, template))
                             except RuntimeError as exc:

@@ -136,7 +136,8 @@ def write_docs(path: str, table: str) -> None:
         start, end = MARKERS[title]
         block = f"{start}\n### {title}\n\n{header.strip()}\n{section.split(chr(10), 1)[1].rstrip()}\n\n{end}"
         if start in text:
-            text = re.sub(re.escape(start) + ".*?" + re.escape(end), lambda m: block, text, flags=re.S)
+            pattern = re.escape(start) + ".*?" + re.escape(end)
+            text = re.sub(pattern, lambda m, block=block: block, text, flags=re.S)
         else:
             text += "\n" + block + "\n"
     with open(path, "w") as f:
