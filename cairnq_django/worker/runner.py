@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from contextlib import AbstractContextManager, nullcontext
+from contextlib import AbstractContextManager, nullcontext, suppress
 from typing import TYPE_CHECKING, Any
 
 from django.db import connections
@@ -194,10 +194,8 @@ class Worker:
         if self._signals_seen > 1:
             logger.warning("Received %s again; exiting now without waiting.", name)
             for handler in logging.getLogger().handlers + logger.handlers:
-                try:
+                with suppress(Exception):
                     handler.flush()
-                except Exception:
-                    pass
             sys.stderr.flush()
             os._exit(1)
         # Only a flag here: a signal handler must not take locks the
@@ -372,12 +370,12 @@ class Worker:
     def _dispatch(self, call: Call) -> None:
         self._in_flight.add(call)
         if call.registration.is_async:
-            assert self._loop_thread is not None
+            assert self._loop_thread is not None  # noqa: S101 - run() starts it when a handler is async
             call.future = self._loop_thread.submit(
                 self.execution.run_async(call, self._loop_thread.db_executor)
             )
         else:
-            assert self._threads is not None
+            assert self._threads is not None  # noqa: S101 - started in run(), before any dispatch
             self._threads.submit(lambda: self.execution.run_sync(call))
 
     # ------------------------------------------------------------ abandoning
@@ -489,10 +487,8 @@ class Worker:
         self.settler.stop()
         if self._presence is not None:
             self._presence.stop()  # deletes this worker's row
-        try:
+        with suppress(Exception):
             self._wakeup.close()
-        except Exception:
-            pass
         _close_connection(self.using)
         self._connection_policy.restore()
         logger.info(
@@ -513,7 +509,5 @@ class _EventWait(Wakeup):
 
 
 def _close_connection(using: str) -> None:
-    try:
+    with suppress(Exception):
         connections[using].close()
-    except Exception:
-        pass
