@@ -192,6 +192,13 @@ class Store:
             cursor.execute(sql.SELECT_VALUE.format(expression=expression), params)
             return int(cursor.fetchone()[0])
 
+    def refresh_statistics(self) -> None:
+        """Let the database refresh its planner statistics where it keeps them stale (SQLite)."""
+        if self.dialect.needs_periodic_analyze:
+            self._verify_protocol()
+            with connections[self.using].cursor() as cursor:
+                cursor.execute(sql.OPTIMIZE)
+
     def atomic(self):
         """A write transaction (or savepoint inside the caller's) on this alias."""
         return transaction.atomic(using=self.using)

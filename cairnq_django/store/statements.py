@@ -91,6 +91,12 @@ def _named(sql: str) -> str:
     return _PLACEHOLDER.sub(lambda _: f"%({next(counter)})s", sql)
 
 
+def qmark_sql(queryset: QuerySet) -> tuple[str, list[Any]]:
+    """A QuerySet as SQL for a plain sqlite3 connection: `?` placeholders, values bound."""
+    sql, params = select_sql(queryset)
+    return _PLACEHOLDER.sub("?", sql).replace("%%", "%"), list(params)
+
+
 class Statement:
     """One statement of the store, built by `build(using, *shape)` and cached per (alias, shape)."""
 

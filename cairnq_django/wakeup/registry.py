@@ -44,7 +44,7 @@ def build_wakeup(alias: str) -> Wakeup:
         if path is not None:
             from .sqlite import SQLiteWakeup
 
-            return SQLiteWakeup(path)
+            return SQLiteWakeup(path, using=alias)
     except Exception as exc:
         logger.warning(
             "CairnQ wakeups are off for database %r (%s); waits fall back to sleeping.",

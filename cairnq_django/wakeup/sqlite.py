@@ -23,7 +23,11 @@ import time
 import urllib.parse
 from collections.abc import Callable, Sequence
 
-from ..ids import now_ms
+from django.db import DEFAULT_DB_ALIAS
+from django.db.models import Value
+
+from ..querysets import TaskQuerySet
+from ..store.statements import qmark_sql
 from .base import RECONNECT_INITIAL_S, RECONNECT_MAX_S, Waits, sleep
 
 logger = logging.getLogger("cairnq_django.wakeup")
@@ -158,11 +162,13 @@ class SQLiteWakeup(Waits):
         self,
         path: str,
         *,
+        using: str = DEFAULT_DB_ALIAS,
         poll_min_s: float = SQLITE_POLL_MIN_S,
         poll_max_s: float = SQLITE_POLL_MAX_S,
     ) -> None:
         super().__init__()
         self._path = path
+        self._using = using  # the alias whose rules (and SQL dialect) the checks use
         self._poll_min_s = poll_min_s
         self._poll_max_s = max(poll_min_s, poll_max_s)
         self._db: sqlite3.Connection | None = None
@@ -288,33 +294,31 @@ class SQLiteWakeup(Waits):
 
     def _has_queued(self, queues: Sequence[str]) -> bool:
         """Return whether due queued work exists on `queues` (True if unsure)."""
-        marks = ", ".join("?" for _ in queues)
-        try:
-            with self._db_lock:
-                if self._db is None:
-                    return True
-                # Only placeholders go into the text: marks is "?, ?, ...".
-                row = self._db.execute(
-                    "SELECT EXISTS (SELECT 1 FROM cairnq_tasks WHERE status = 'queued'"  # noqa: S608
-                    f" AND queue IN ({marks}) AND run_at_ms <= ?)",
-                    [*queues, now_ms()],
-                ).fetchone()
-            return bool(row[0])
-        except sqlite3.Error:
-            return True
+        return self._finds(self._tasks().claimable(list(queues)).order_by())
 
     def _is_finished(self, task_id: str) -> bool:
         """Return whether the task is terminal or gone (True if unsure)."""
+        return not self._finds(self._tasks().filter(id=task_id).live(), unsure=False)
+
+    def _tasks(self) -> TaskQuerySet:
+        from ..models import Task
+
+        return Task.objects.using(self._using)
+
+    def _finds(self, tasks: TaskQuerySet, unsure: bool = True) -> bool:
+        """Whether any row matches, read on the watcher's own connection; `unsure` on errors.
+
+        The QuerySet is the store's own rule (claimable, live), compiled for a
+        plain sqlite3 connection.
+        """
+        sql, params = qmark_sql(tasks.values_list(Value(1))[:1])
         try:
             with self._db_lock:
                 if self._db is None:
-                    return True
-                row = self._db.execute(
-                    "SELECT status FROM cairnq_tasks WHERE id = ?", [task_id]
-                ).fetchone()
-            return row is None or row[0] in ("succeeded", "failed", "canceled")
+                    return unsure
+                return self._db.execute(sql, params).fetchone() is not None
         except sqlite3.Error:
-            return True
+            return unsure
 
     def _wait_for_change(self, check: Callable[[], bool], timeout_s: float) -> bool:
         """Wait until a change passes `check`; changes since this thread's last wait count."""

@@ -65,6 +65,9 @@ logger = logging.getLogger("cairnq_django.worker")
 
 # Reconnect backoff after the loop's own database work fails.
 _DB_RETRY_FIRST_S = 0.25
+# How often the claim loop refreshes planner statistics where the database
+# needs it (SQLite's PRAGMA optimize), besides once at start.
+_STATISTICS_EVERY_S = 3600.0
 _DB_RETRY_MAX_S = 5.0
 # Upper bound on any single wait of the loop, so stop() is noticed promptly.
 _SLICE_S = 0.2
@@ -259,7 +262,11 @@ class Worker:
         options = self.options
         poll_s = options.poll_ms / 1000
         retry_s = _DB_RETRY_FIRST_S
+        refresh_at = 0.0
         while not self._stopping:
+            if self.store.dialect.needs_periodic_analyze and time.monotonic() >= refresh_at:
+                refresh_at = time.monotonic() + _STATISTICS_EVERY_S
+                self._refresh_statistics()
             # Cleared before looking, so a call finishing after this point is seen.
             self._changed.clear()
             # The calls in flight that are not running wait for their completion.
@@ -303,6 +310,14 @@ class Worker:
                 self._wait_for_change(poll_s)
                 continue
             self._idle()
+
+    def _refresh_statistics(self) -> None:
+        """Keep the planner's statistics fresh (without them SQLite skips the lease index)."""
+        try:
+            with self._write_gate:
+                self.store.refresh_statistics()
+        except Exception as exc:  # stale statistics cost speed, never correctness
+            self.report(exc, phase="statistics")
 
     def _poll(self, free: int) -> int:
         """Probe, then claim up to `free` calls' worth of tasks; return calls started."""
