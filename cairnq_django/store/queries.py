@@ -1,0 +1,222 @@
+"""The store's statements, one per protocol operation, each built from Task QuerySets.
+
+Each builder returns an ORM statement (querysets.TaskQuerySet for the WHERE,
+transitions.py for the SET) that statements.Statement compiles once per alias
+and shape.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from django.db import connections
+from django.db.models import Case, Exists, QuerySet, Value, When
+from django.db.models.constants import OnConflict
+
+from ..querysets import TaskQuerySet, one_of
+from ..records import (
+    COLUMNS,
+    JSON_COLUMNS,
+)
+from . import transitions
+from .dialects import RAW_TEXT_COLUMNS, Dialect, dialect_of
+from .expressions import JsonParam, LiteralIn, NowMs, RawText, int_param, now_plus, text_param
+from .statements import (
+    Statement,
+    Template,
+    delete_sql,
+    insert_sql,
+    returning_columns,
+    select_sql,
+    update_sql,
+)
+
+
+# store before Django's app registry is ready.
+def models():
+    from .. import models
+
+    return models
+
+
+def tasks_of(using: str) -> TaskQuerySet:
+    return models().Task.objects.using(using)
+
+
+def task_columns(queryset: QuerySet, dialect: Dialect) -> QuerySet:
+    """The whole row, every JSON and free-text column raw, for the codec to decode."""
+    return queryset.values_list(
+        *(RawText(c) if c in RAW_TEXT_COLUMNS or c in JSON_COLUMNS else c for c in COLUMNS)
+    )
+
+
+def _texts(name: str, count: int) -> list:
+    return [text_param(f"{name}{i}") for i in range(count)]
+
+
+def draw_values(queues: Sequence[str], names: Sequence[str] | None) -> dict[str, Any]:
+    values = {f"q{i}": queue for i, queue in enumerate(queues)}
+    values.update({f"n{i}": name for i, name in enumerate(names or ())})
+    return values
+
+
+def claim_shape(queues, names, limit: int) -> tuple:
+    return (len(queues), None if names is None else len(names), limit)
+
+
+def _claimable(using: str, queues: int, names: int | None) -> TaskQuerySet:
+    return tasks_of(using).claimable(
+        _texts("q", queues), None if names is None else _texts("n", names)
+    )
+
+
+def _returning_row(queryset: QuerySet, values: dict) -> Template:
+    return update_sql(queryset, values, returning_columns(queryset.db))
+
+
+def _owned_update(transition) -> Statement:
+    return Statement(lambda using: _returning_row(
+        tasks_of(using).filter(id=text_param("id")).owned(text_param("worker_id")), transition()
+    ))
+
+
+def _build_insert(using: str, count: int) -> Template:
+    fields = ("id", "name", "queue", "status", "payload", "metadata", "max_attempts",
+              "priority", "run_at_ms", "parent_id", "root_id", "correlation_id",
+              "created_at_ms", "updated_at_ms")
+    Task = models().Task
+    rows = [
+        Task(
+            id=text_param("id", i), name=text_param("name", i), queue=text_param("queue", i),
+            status=Value("queued"), payload=JsonParam("payload", i),
+            metadata=JsonParam("metadata", i), max_attempts=int_param("max_attempts", i),
+            priority=int_param("priority", i), run_at_ms=now_plus(int_param("delay_ms", i)),
+            parent_id=text_param("parent_id", i), root_id=text_param("root_id", i),
+            correlation_id=text_param("correlation_id", i),
+            created_at_ms=NowMs(), updated_at_ms=NowMs(),
+        )
+        for i in range(count)
+    ]
+    # The clock comes back so records need not be read back; SQLite's is this process's.
+    returning = () if dialect_of(using).uses_process_clock else ("created_at_ms",)
+    return insert_sql(Task, fields, rows, using, returning=returning)
+
+
+def _build_point_key(using: str) -> Template:
+    TaskKey = models().TaskKey
+    key = TaskKey(key=text_param("key"), task_id=text_param("task_id"),
+                  created_at_ms=NowMs(), updated_at_ms=NowMs())
+    return insert_sql(
+        TaskKey, ("key", "task_id", "created_at_ms", "updated_at_ms"), [key], using,
+        on_conflict=OnConflict.UPDATE, update_fields=("task", "updated_at_ms"),
+        unique_fields=("key",),
+    )
+
+
+def _build_purge(using: str, limit: int, queue: bool, status: bool, name: bool) -> Template:
+    doomed = (
+        tasks_of(using)
+        .purgeable(
+            int_param("older_than_ms"),
+            queue=text_param("queue") if queue else None,
+            status=text_param("status") if status else None,
+            name=text_param("name") if name else None,
+        )
+        .oldest_completed_first()
+        .values("id")[:limit]
+        .select_for_update(skip_locked=True)
+    )
+    quote = connections[using].ops.quote_name
+    return delete_sql(
+        tasks_of(using).filter(id__in=doomed), f"{quote('id')}, {quote('completed_at_ms')}"
+    )
+
+
+def _build_purge_ids(using: str, count: int) -> Template:
+    ids = [text_param("id", i) for i in range(count)]
+    return delete_sql(
+        tasks_of(using).filter(one_of("id", ids)).terminal(),
+        connections[using].ops.quote_name("id"),
+    )
+
+
+def _build_has_claimable(using: str, queues: int, names: int | None) -> Template:
+    probe = (
+        models().ProtocolMeta.objects.using(using)
+        .filter(key="protocol_version")
+        .annotate(
+            work=Exists(_claimable(using, queues, names).order_by()),
+            expired=Exists(tasks_of(using).expired_leases()),
+        )
+        .values_list("work", "expired")
+    )
+    return select_sql(probe)
+
+
+def _build_claim(using: str, queues: int, names: int | None, limit: int) -> Template:
+    chosen = (
+        _claimable(using, queues, names).values("id")[:limit].select_for_update(skip_locked=True)
+    )
+    return _returning_row(tasks_of(using).filter(id__in=chosen), transitions.claim())
+
+
+def _build_recover(using: str) -> Template:
+    expired = tasks_of(using).expired_leases().values("id").select_for_update(skip_locked=True)
+    return _returning_row(tasks_of(using).filter(id__in=expired), transitions.recover_lease())
+
+
+def _build_renew_many(using: str, count: int) -> Template:
+    ids = [text_param("id", i) for i in range(count)]
+    quote = connections[using].ops.quote_name
+    return update_sql(
+        tasks_of(using).filter(one_of("id", ids)).owned(text_param("worker_id")),
+        transitions.renew(), f"{quote('id')}, {quote('cancel_requested_at_ms')}",
+    )
+
+
+def _build_complete_many(using: str, count: int) -> Template:
+    ids = [text_param("id", i) for i in range(count)]
+    result = Case(*(When(id=ids[i], then=JsonParam("result", i)) for i in range(count)))
+    return _returning_row(
+        tasks_of(using).filter(one_of("id", ids)).owned(text_param("worker_id")),
+        transitions.complete(result),
+    )
+
+
+INSERT = Statement(_build_insert)
+POINT_KEY = Statement(_build_point_key)
+GET = Statement(lambda using: select_sql(
+    task_columns(tasks_of(using).filter(id=text_param("id")), dialect_of(using))
+))
+BY_KEY = Statement(lambda using: select_sql(
+    task_columns(tasks_of(using).by_key(text_param("key")), dialect_of(using))
+))
+STATUS = Statement(lambda using: select_sql(
+    tasks_of(using).filter(id=text_param("id")).values_list("id", "status")
+))
+STATUS_BY_KEY = Statement(lambda using: select_sql(
+    tasks_of(using).by_key(text_param("key")).values_list("id", "status")
+))
+KEY_TARGET = Statement(lambda using: select_sql(
+    models().TaskKey.objects.using(using).filter(key=text_param("key")).values_list("task_id")
+))
+CANCEL = Statement(lambda using: _returning_row(
+    tasks_of(using).filter(id=text_param("id")).live(), transitions.cancel()
+))
+RETRY = Statement(lambda using: _returning_row(
+    tasks_of(using).filter(LiteralIn("status", ("failed", "canceled")), id=text_param("id")),
+    transitions.retry(),
+))
+PURGE = Statement(_build_purge)
+PURGE_IDS = Statement(_build_purge_ids)
+HAS_CLAIMABLE = Statement(_build_has_claimable)
+RECOVER = Statement(_build_recover)
+CLAIM = Statement(_build_claim)
+RENEW = _owned_update(transitions.renew)
+RENEW_MANY = Statement(_build_renew_many)
+PROGRESS = _owned_update(transitions.report_progress)
+SUCCEED = _owned_update(transitions.succeed)
+COMPLETE = _owned_update(transitions.complete)
+COMPLETE_MANY = Statement(_build_complete_many)
+FAIL = _owned_update(transitions.fail)
