@@ -91,10 +91,9 @@ def _named(sql: str) -> str:
     return _PLACEHOLDER.sub(lambda _: f"%({next(counter)})s", sql)
 
 
-def qmark_sql(queryset: QuerySet) -> tuple[str, list[Any]]:
-    """A QuerySet as SQL for a plain sqlite3 connection: `?` placeholders, values bound."""
-    sql, params = select_sql(queryset)
-    return _PLACEHOLDER.sub("?", sql).replace("%%", "%"), list(params)
+def qmark(sql: str) -> str:
+    """Django's `%s` placeholders as a plain sqlite3 connection takes them (`?`)."""
+    return _PLACEHOLDER.sub("?", sql).replace("%%", "%")
 
 
 class Statement:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from contextlib import nullcontext
 from typing import Any
 
 from django.db import connections, transaction
@@ -200,14 +201,17 @@ class WorkerOperations(StoreBase):
         by_owner: dict[str, list[dict[str, Any]]] = {}
         for task_id, worker_id, encoded in items:
             by_owner.setdefault(worker_id, []).append({"id": task_id, "result": encoded})
+        updates = [
+            (worker_id, group[start : start + _GROUP_ROWS])
+            for worker_id, group in by_owner.items()
+            for start in range(0, len(group), _GROUP_ROWS)
+        ]
         rows: list[TaskRecord] = []
-        with self.atomic():
-            for worker_id, group in by_owner.items():
-                for start in range(0, len(group), _GROUP_ROWS):
-                    chunk = group[start : start + _GROUP_ROWS]
-                    rows += self._tasks(
-                        q.COMPLETE_MANY, {"worker_id": worker_id}, (len(chunk),), chunk
-                    )
+        # One statement (the usual case: one worker's group) commits on its
+        # own: a transaction around it would add BEGIN and COMMIT round trips.
+        with self.atomic() if len(updates) > 1 else nullcontext():
+            for worker_id, chunk in updates:
+                rows += self._tasks(q.COMPLETE_MANY, {"worker_id": worker_id}, (len(chunk),), chunk)
         by_id = {row.id: row for row in rows}
         return [by_id.get(task_id) for task_id, _, _ in items]
 

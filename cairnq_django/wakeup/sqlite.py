@@ -22,12 +22,11 @@ import threading
 import time
 import urllib.parse
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS
-from django.db.models import Value
 
-from ..querysets import TaskQuerySet
-from ..store.statements import qmark_sql
+from ..store import queries as q
 from .base import RECONNECT_INITIAL_S, RECONNECT_MAX_S, Waits, sleep
 
 logger = logging.getLogger("cairnq_django.wakeup")
@@ -294,24 +293,21 @@ class SQLiteWakeup(Waits):
 
     def _has_queued(self, queues: Sequence[str]) -> bool:
         """Return whether due queued work exists on `queues` (True if unsure)."""
-        return self._finds(self._tasks().claimable(list(queues)).order_by())
+        return self._finds(
+            q.QUEUED_PROBE.bind(self._using, q.draw_values(queues, None), (len(queues),))
+        )
 
     def _is_finished(self, task_id: str) -> bool:
         """Return whether the task is terminal or gone (True if unsure)."""
-        return not self._finds(self._tasks().filter(id=task_id).live(), unsure=False)
+        return not self._finds(q.LIVE_PROBE.bind(self._using, {"id": task_id}), unsure=False)
 
-    def _tasks(self) -> TaskQuerySet:
-        from ..models import Task
+    def _finds(self, probe: tuple[str, Any], unsure: bool = True) -> bool:
+        """Whether the probe finds a row, read on the watcher's own connection; `unsure` on errors.
 
-        return Task.objects.using(self._using)
-
-    def _finds(self, tasks: TaskQuerySet, unsure: bool = True) -> bool:
-        """Whether any row matches, read on the watcher's own connection; `unsure` on errors.
-
-        The QuerySet is the store's own rule (claimable, live), compiled for a
-        plain sqlite3 connection.
+        The probes are the store's own rules (Task.objects.claimable(), .live()),
+        compiled for a plain sqlite3 connection.
         """
-        sql, params = qmark_sql(tasks.values_list(Value(1))[:1])
+        sql, params = probe
         try:
             with self._db_lock:
                 if self._db is None:
