@@ -54,7 +54,7 @@ class StoreBase:
     def _fetch(self, queryset: QuerySet) -> list[TaskRecord]:
         """Evaluate a task QuerySet of this alias into records, columns read as the codec needs."""
         self._verify_protocol()
-        sql, params = select_sql(q.task_columns(queryset, self.dialect))
+        sql, params = select_sql(q.task_columns(queryset))
         with connections[self.using].cursor() as cursor:
             cursor.execute(sql, params)
             return [record(row) for row in cursor.fetchall()]

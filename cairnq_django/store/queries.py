@@ -15,12 +15,9 @@ from django.db.models import Case, Exists, QuerySet, Value, When
 from django.db.models.constants import OnConflict
 
 from ..querysets import TaskQuerySet, one_of
-from ..records import (
-    COLUMNS,
-    JSON_COLUMNS,
-)
+from ..records import COLUMNS, JSON_COLUMNS
 from . import transitions
-from .dialects import RAW_TEXT_COLUMNS, Dialect, dialect_of
+from .dialects import RAW_TEXT_COLUMNS, dialect_of
 from .expressions import JsonParam, LiteralIn, NowMs, RawText, Slot, int_param, now_plus, text_param
 from .statements import (
     Statement,
@@ -34,8 +31,9 @@ from .statements import (
 )
 
 
-# store before Django's app registry is ready.
 def models():
+    """The app's models module, imported on first use: the package's __init__ imports the
+    store before Django's app registry is ready."""
     from .. import models
 
     return models
@@ -45,7 +43,7 @@ def tasks_of(using: str) -> TaskQuerySet:
     return models().Task.objects.using(using)
 
 
-def task_columns(queryset: QuerySet, dialect: Dialect) -> QuerySet:
+def task_columns(queryset: QuerySet) -> QuerySet:
     """The whole row, every JSON and free-text column raw, for the codec to decode."""
     return queryset.values_list(
         *(RawText(c) if c in RAW_TEXT_COLUMNS or c in JSON_COLUMNS else c for c in COLUMNS)
@@ -205,10 +203,10 @@ QUEUED_PROBE = Statement(lambda using, queues: _probe(_claimable(using, queues, 
 LIVE_PROBE = Statement(lambda using: _probe(tasks_of(using).filter(id=text_param("id")).live()))
 POINT_KEY = Statement(_build_point_key)
 GET = Statement(lambda using: select_sql(
-    task_columns(tasks_of(using).filter(id=text_param("id")), dialect_of(using))
+    task_columns(tasks_of(using).filter(id=text_param("id")))
 ))
 BY_KEY = Statement(lambda using: select_sql(
-    task_columns(tasks_of(using).by_key(text_param("key")), dialect_of(using))
+    task_columns(tasks_of(using).by_key(text_param("key")))
 ))
 STATUS = Statement(lambda using: select_sql(
     tasks_of(using).filter(id=text_param("id")).values_list("id", "status")
