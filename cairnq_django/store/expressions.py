@@ -15,6 +15,7 @@ from contextvars import ContextVar
 from typing import Any
 
 from django.db import models
+from django.db.models import Lookup
 from django.db.models.expressions import CombinedExpression, Expression
 
 from ..fields import EpochMillisField
@@ -113,34 +114,31 @@ def now_minus(ms: Any) -> CombinedExpression:
     return CombinedExpression(NowMs(), "-", ms, output_field=EpochMillisField())
 
 
-class LiteralIn(Expression):
-    """`column IN ('a', 'b')` with the values inlined (code constants only, never input)."""
+class LiteralIn(Lookup):
+    """`column IN ('a', 'b')` with the values inlined (code constants only, never input).
 
-    conditional = True
-    output_field = models.BooleanField()
+    A Lookup, not a plain expression: Django puts a lookup into WHERE as it is,
+    while on SQLite (no boolean type) Django 6 compares any other conditional
+    expression with true, which no partial index predicate matches.
+    """
+
+    lookup_name = "literal_in"
+    prepare_rhs = False
 
     def __init__(self, column: str, values: Sequence[str]) -> None:
-        super().__init__()
         for value in values:
             if not value.isidentifier():
                 raise ValueError(f"LiteralIn takes identifiers only, not {value!r}.")
-        self.column = models.F(column)
-        self.values = tuple(values)
-
-    def get_source_expressions(self) -> list[Any]:
-        return [self.column]
-
-    def set_source_expressions(self, exprs: Sequence[Any]) -> None:
-        (self.column,) = exprs
+        super().__init__(models.F(column), tuple(values))
 
     def as_sql(self, compiler, connection) -> tuple[str, list[Any]]:
-        column, params = compiler.compile(self.column)
-        if len(self.values) == 1:
+        column, params = self.process_lhs(compiler, connection)
+        if len(self.rhs) == 1:
             # "=": SQLite proves a partial index's `status = 'running'` from
             # an equal term, not from a one-element IN.
-            return f"{column} = '{self.values[0]}'", params
-        literals = ", ".join(f"'{value}'" for value in self.values)
-        return f"{column} IN ({literals})", params
+            return f"{column} = '{self.rhs[0]}'", list(params)
+        literals = ", ".join(f"'{value}'" for value in self.rhs)
+        return f"{column} IN ({literals})", list(params)
 
 
 class RawText(Expression):
