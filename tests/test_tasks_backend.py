@@ -6,6 +6,8 @@ backport; tests/test_tasks_backend_worker.py runs the tasks in worker processes.
 
 import sys
 from datetime import timedelta
+from decimal import Decimal
+from uuid import uuid4
 
 import pytest
 from asgiref.sync import async_to_sync
@@ -60,13 +62,55 @@ def test_enqueue_joins_the_callers_transaction(store):
 
 def test_arguments_must_be_json(store):
     before = len(cairnq_django.list_tasks())
-    with pytest.raises(TypeError, match="Unsupported type"):
+    with pytest.raises(TypeError, match="positional argument 0 is an object"):
         tasks.add.enqueue(object(), 1)
-    with pytest.raises(cairnq_django.SerializationError):
-        tasks.add.enqueue(float("nan"), 1)
+    with pytest.raises(cairnq_django.SerializationError, match="positional argument 1 is nan"):
+        tasks.add.enqueue(1, float("nan"))
     assert len(cairnq_django.list_tasks()) == before
     # What JSON can say is normalized the framework's way: tuples become lists.
     assert tasks.echo.enqueue((1, 2)).args == [[1, 2]]
+
+
+def _user():
+    from django.contrib.auth.models import User
+
+    return User(pk=7, username="ann")
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "where", "instead"),
+    [
+        ((), {"order": _user}, "keyword argument 'order' is a django.contrib.auth.models.User "
+         "model instance", "use its pk instead"),
+        ((lambda: timezone.now(),), {}, "positional argument 0 is a datetime.datetime",
+         "use its isoformat() string instead"),
+        ((1, lambda: Decimal("9.99")), {}, "positional argument 1 is a decimal.Decimal",
+         "use str(value) instead"),
+        ((), {"ids": lambda: [1, {"id": uuid4()}]},
+         "keyword argument 'ids' (at [1]['id']) is a uuid.UUID", "use str(value) instead"),
+    ],
+)
+def test_a_non_json_argument_is_named_with_what_to_pass_instead(
+    store, args, kwargs, where, instead
+):
+    args = [a() if callable(a) else a for a in args]
+    kwargs = {k: v() for k, v in kwargs.items()}
+    with pytest.raises(TypeError) as info:
+        tasks.echo.enqueue(*args, **kwargs)
+    message = str(info.value)
+    assert message.startswith(f"The arguments of tests.tasksapp.tasks.echo must be JSON: {where};")
+    assert instead in message
+    assert "Arguments may hold only JSON values" in message
+    assert cairnq_django.list_tasks(name="tests.tasksapp.tasks.echo") == []
+
+
+def test_the_plain_enqueue_says_the_same_of_its_payload(store):
+    with pytest.raises(cairnq_django.SerializationError) as info:
+        cairnq_django.enqueue("tests.echo", {"when": timezone.now()})
+    assert str(info.value).startswith(
+        "The task payload is not JSON-serializable: payload['when'] is a datetime.datetime; "
+        "use its isoformat() string instead"
+    )
 
 
 def test_unknown_queue_is_refused(store):
@@ -300,6 +344,7 @@ def test_the_on_commit_option_writes_the_row_after_the_commit(
             assert (result.status, result.enqueued_at) == ("READY", None)
             assert cairnq_django.get(result.id) is None
     assert cairnq_django.get(result.id).payload == {"args": [1, 1], "kwargs": {}}
+
 
 
 def test_progress_and_message_reach_framework_metadata_where_it_exists(store, monkeypatch):

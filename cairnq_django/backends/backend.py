@@ -23,10 +23,12 @@ from django.core import checks
 
 from .. import client, compat
 from ..conf import cairnq_settings
+from ..errors import SerializationError
 from ..records import DEFAULT_CONFLICT
 from ..validators import is_integer
 from .results import pending_result, split_payload, to_result
 from .tasks import CairnQTask, known_tasks, row_name, validate_extras
+from .values import arguments_problem, json_arguments
 
 OPTION_DEFAULTS: dict[str, Any] = {
     # Alias of the database holding the CairnQ tables (default: CAIRNQ["DATABASE"]).
@@ -82,22 +84,28 @@ class CairnQBackend(compat.BaseTaskBackend):
     def enqueue(self, task: Any, args: Any, kwargs: Any) -> Any:
         """Queue up the Task to be executed."""
         self.validate_task(task)
-        args = compat.normalize_json(list(args))
-        kwargs = compat.normalize_json(dict(kwargs))
-        written = client.enqueue(
-            row_name(task),
-            {"args": args, "kwargs": kwargs},
-            queue=task.queue_name,
-            # Both run higher numbers first: the framework's -100..100 is
-            # stored as is, which keeps the order for every implementation.
-            priority=task.priority,
-            run_at=task.run_after,
-            max_attempts=getattr(task, "max_attempts", None) or self.max_attempts,
-            key=getattr(task, "key", None),
-            conflict=getattr(task, "conflict", DEFAULT_CONFLICT),
-            using=self.database,
-            on_commit=self.on_commit,
-        )
+        args, kwargs = json_arguments(task, args, kwargs)
+        try:
+            written = client.enqueue(
+                row_name(task),
+                {"args": args, "kwargs": kwargs},
+                queue=task.queue_name,
+                # Both run higher numbers first: the framework's -100..100 is
+                # stored as is, which keeps the order for every implementation.
+                priority=task.priority,
+                run_at=task.run_after,
+                max_attempts=getattr(task, "max_attempts", None) or self.max_attempts,
+                key=getattr(task, "key", None),
+                conflict=getattr(task, "conflict", DEFAULT_CONFLICT),
+                using=self.database,
+                on_commit=self.on_commit,
+            )
+        except SerializationError as exc:
+            # What the framework lets through but the queue cannot store (NaN).
+            problem = arguments_problem(task, args, kwargs)
+            if problem is None:
+                raise
+            raise SerializationError(problem) from exc
         if isinstance(written, client.PendingTask):
             result = pending_result(task, written.id, args, kwargs, self.alias)
         else:
