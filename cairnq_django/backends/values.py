@@ -39,6 +39,19 @@ def arguments_problem(task: Any, args: list[Any], kwargs: dict[str, Any]) -> str
     return None
 
 
+def json_return_value(task: Any, value: Any) -> Any:
+    """The task's return value normalized to JSON; raise TypeError/ValueError if it is not."""
+    try:
+        return compat.normalize_json(value)
+    except (TypeError, ValueError) as exc:
+        problem = jsoncodec.describe_unencodable(
+            value, jsoncodec.subscripts("the return value"),
+            jsoncodec.JSON_ONLY.format(what="It"), framework=True,
+        )
+        message = f"{task.module_path} returned a value that cannot be stored as JSON"
+        raise type(exc)(f"{message}: {problem or f'{exc}.'}") from exc
+
+
 def _positional(path: tuple[Any, ...]) -> str:
     return _argument(f"positional argument {path[0]}", path)
 
