@@ -296,6 +296,41 @@ def test_manage_py_check_runs_the_backends_check(db):
     assert found == ["cairnq.E103"]
 
 
+def test_check_reports_the_app_missing_from_installed_apps(db):
+    from django.conf import settings
+    from django.core import checks
+
+    without = [app for app in settings.INSTALLED_APPS if app != "cairnq_django"]
+    with override_settings(INSTALLED_APPS=without):
+        found = [m for m in checks.run_checks() if m.id == "cairnq.E105"]
+        assert compat.task_backends["default"].check()[0].id == "cairnq.E105"
+    [error] = found
+    assert error.level == checks.ERROR
+    assert error.msg == (
+        "TASKS['default'] uses CairnQBackend, but 'cairnq_django' is not in INSTALLED_APPS."
+    )
+    assert "Add 'cairnq_django' to INSTALLED_APPS" in error.hint
+    assert not [m for m in checks.run_checks() if m.id == "cairnq.E105"]
+
+
+def test_enqueue_without_the_app_says_to_install_it(db, monkeypatch):
+    from django.conf import settings
+
+    from cairnq_django.store import plumbing
+
+    # A process that never had the app has never verified its tables.
+    monkeypatch.setattr(plumbing, "_verified_aliases", set())
+    without = [app for app in settings.INSTALLED_APPS if app != "cairnq_django"]
+    with override_settings(INSTALLED_APPS=without):
+        with pytest.raises(cairnq_django.CairnQError) as info:
+            tasks.add.enqueue(1, 2)
+    assert str(info.value) == (
+        "cairnq_django is not in INSTALLED_APPS, so it has no tables to use: add "
+        "'cairnq_django' to INSTALLED_APPS, then run "
+        "`manage.py migrate cairnq_django --database default`."
+    )
+
+
 def test_the_admin_shows_a_framework_task_as_its_call(admin_client, store):
     from django.urls import reverse
 

@@ -18,6 +18,7 @@ from importlib import import_module
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from django.apps import apps
 from django.conf import settings
 from django.core import checks
 
@@ -151,9 +152,21 @@ class CairnQBackend(compat.BaseTaskBackend):
 
     # ------------------------------------------------------------ checks
     def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
-        """Report OPTIONS this backend cannot use."""
+        """Report a missing app and OPTIONS this backend cannot use."""
         errors: list[checks.CheckMessage] = []
         where = f"TASKS[{self.alias!r}]"
+        if not apps.is_installed("cairnq_django"):
+            # Without the app there are no models, so no tables to migrate:
+            # the first enqueue would fail.
+            errors.append(
+                checks.Error(
+                    f"{where} uses CairnQBackend, but 'cairnq_django' is not in "
+                    "INSTALLED_APPS.",
+                    hint="Add 'cairnq_django' to INSTALLED_APPS, then run "
+                    "`manage.py migrate cairnq_django`.",
+                    id="cairnq.E105",
+                )
+            )
         if self.unknown_options:
             errors.append(
                 checks.Error(
