@@ -381,6 +381,42 @@ def test_the_on_commit_option_writes_the_row_after_the_commit(
     assert cairnq_django.get(result.id).payload == {"args": [1, 1], "kwargs": {}}
 
 
+@pytest.mark.parametrize(
+    "setting",
+    [{"OPTIONS": {"ON_COMMIT": True}}, {"CAIRNQ": {"ENQUEUE_ON_COMMIT": True}}],
+    ids=["OPTIONS", "ENQUEUE_ON_COMMIT"],
+)
+def test_with_on_commit_task_enqueued_is_sent_when_the_row_is_written(
+    live_store, caplog, setting
+):
+    config = {
+        "BACKEND": "cairnq_django.backends.CairnQBackend", "OPTIONS": setting.get("OPTIONS", {})
+    }
+    seen = []
+
+    def receiver(sender, task_result, **kwargs):
+        # What a receiver reads when it looks the task up: the row.
+        seen.append((task_result.id, cairnq_django.get(task_result.id) is not None))
+
+    framework_logger = "django.tasks" if compat.SOURCE == "django.tasks" else "django_tasks"
+    caplog.set_level("DEBUG", logger=framework_logger)
+    compat.task_enqueued.connect(receiver)
+    try:
+        with override_settings(TASKS={"default": config}, CAIRNQ=setting.get("CAIRNQ", {})):
+            with pytest.raises(RuntimeError):
+                with transaction.atomic():
+                    rolled_back = tasks.add.enqueue(1, 1)
+                    raise RuntimeError("roll back")
+            with transaction.atomic():
+                committed = tasks.add.enqueue(1, 2)
+                assert seen == []
+    finally:
+        compat.task_enqueued.disconnect(receiver)
+    assert cairnq_django.get(rolled_back.id) is None
+    assert seen == [(committed.id, True)]
+    logged = [r.getMessage() for r in caplog.records if "enqueued" in r.getMessage()]
+    assert [line.split()[1] for line in logged] == [f"id={committed.id}"]
+
 
 def test_progress_and_message_reach_framework_metadata_where_it_exists(store, monkeypatch):
     """Django's main branch adds TaskResult.metadata; a stand-in with that field here."""

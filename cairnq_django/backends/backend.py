@@ -14,6 +14,7 @@ caller's transaction on the queue's database; `cairnq_worker` runs it.
 
 from __future__ import annotations
 
+from functools import partial
 from importlib import import_module
 from typing import Any
 
@@ -21,6 +22,7 @@ from asgiref.sync import sync_to_async
 from django.apps import apps
 from django.conf import settings
 from django.core import checks
+from django.db import DEFAULT_DB_ALIAS, transaction
 
 from .. import client, compat
 from ..conf import cairnq_settings
@@ -108,11 +110,23 @@ class CairnQBackend(compat.BaseTaskBackend):
                 raise
             raise SerializationError(problem) from exc
         if isinstance(written, client.PendingTask):
-            result = pending_result(task, written.id, args, kwargs, self.alias)
-        else:
-            result = to_result(task, written, self.alias)
+            # task_enqueued (and the framework's "enqueued" log line) must
+            # describe a row that exists: sent once the write after the
+            # caller's commit is done, never for a rolled-back enqueue. The
+            # write is the callback registered just before this one, and
+            # on_commit callbacks run in order.
+            transaction.on_commit(
+                partial(self._announce_written, task, written), using=DEFAULT_DB_ALIAS
+            )
+            return pending_result(task, written.id, args, kwargs, self.alias)
+        result = to_result(task, written, self.alias)
         compat.task_enqueued.send(type(self), task_result=result)
         return result
+
+    def _announce_written(self, task: Any, pending: client.PendingTask) -> None:
+        if pending.task is not None:
+            result = to_result(task, pending.task, self.alias)
+            compat.task_enqueued.send(type(self), task_result=result)
 
     async def aenqueue(self, task: Any, args: Any, kwargs: Any) -> Any:
         """See enqueue()."""
