@@ -9,10 +9,19 @@ comes back as an `Undecodable`, for the one task to fail, not the statement.
 
 from __future__ import annotations
 
+import datetime
+import decimal
+import enum
 import json
+import math
 import re
+import uuid
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import PurePath
 from typing import Any
+
+from django.db.models import Model
 
 from .errors import SerializationError
 
@@ -46,7 +55,10 @@ def dumps(value: Any, *, what: str = "value") -> str:
     try:
         text = _encoder.encode(value)
     except (TypeError, ValueError, RecursionError) as exc:
-        raise SerializationError(f"The task {what} is not JSON-serializable: {exc}.") from exc
+        problem = describe_unencodable(value, subscripts(what), JSON_ONLY.format(what="It"))
+        raise SerializationError(
+            f"The task {what} is not JSON-serializable: {problem or f'{exc}.'}"
+        ) from exc
     # The encoder escapes every non-ASCII and control character, so a NUL or a
     # surrogate can only be in a value whose text holds an escape.
     if "\\u" in text:
@@ -117,6 +129,105 @@ def _strings(value: Any) -> Any:
             stack.extend(item.values())
         elif isinstance(item, (list, tuple)):
             stack.extend(item)
+
+
+JSON_ONLY = (
+    "{what} may hold only JSON values: dicts with string keys, lists, strings, finite "
+    "numbers, booleans and None."
+)
+
+
+def describe_unencodable(
+    value: Any,
+    name: Callable[[tuple[Any, ...]], str],
+    closing: str = "",
+    *,
+    framework: bool = False,
+) -> str | None:
+    """Say which part of `value` strict JSON cannot hold and what to use instead, or None.
+
+    `name` turns the path to that part (keys and indexes from the top) into
+    words: `payload['when']`, or "keyword argument 'when'" for a framework
+    task. Every message about a value that is not JSON is built here, so the
+    payload of `enqueue`, a framework task's arguments and a result read alike.
+    `framework=True` accepts what the Tasks framework's normalize_json turns
+    into JSON (any mapping or sequence, UTF-8 bytes).
+    """
+    found = find_unencodable(value, framework=framework)
+    if found is None:
+        return None
+    path, bad = found
+    return f"{name(path)} is {_kind(bad)}; {_instead(bad)}. {closing}".rstrip()
+
+
+def subscripts(root: str) -> Callable[[tuple[Any, ...]], str]:
+    """Name a path as Python subscripts of `root`: payload['items'][0]."""
+    return lambda path: root + "".join(f"[{step!r}]" for step in path)
+
+
+def find_unencodable(value: Any, *, framework: bool = False) -> tuple[tuple[Any, ...], Any] | None:
+    """(path, part) of the first part of `value`, depth first, that is not a JSON value.
+
+    Mapping keys are _check_structure's to judge; this looks at values only.
+    """
+    mappings, sequences = (Mapping, Sequence) if framework else (dict, (list, tuple))
+    stack: list[tuple[tuple[Any, ...], Any]] = [((), value)]
+    while stack:
+        path, item = stack.pop()
+        if item is None or isinstance(item, (str, int)):  # bool is an int
+            continue
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                return path, item
+        elif isinstance(item, mappings):
+            stack.extend(((*path, k), v) for k, v in reversed(list(item.items())))
+        elif framework and isinstance(item, bytes):
+            try:
+                item.decode()
+            except UnicodeDecodeError:
+                return path, item
+        elif isinstance(item, sequences):
+            stack.extend(((*path, i), v) for i, v in reversed(list(enumerate(item))))
+        else:
+            return path, item
+    return None
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, float):
+        return repr(value)
+    cls = type(value)
+    where = cls.__qualname__
+    if cls.__module__ != "builtins":
+        where = f"{cls.__module__}.{where}"
+    article = "an" if where[0] in "aeioAEIO" else "a"  # a uuid, an int
+    if isinstance(value, Model):
+        return f"{article} {where} model instance"
+    return f"{article} {where}"
+
+
+def _instead(value: Any) -> str:
+    """What to use in place of a value that is not JSON (the receiving code turns it back)."""
+    if isinstance(value, Model):
+        return "use its pk instead and fetch the object where it is used"
+    if isinstance(value, (datetime.datetime, datetime.date, datetime.time)):
+        kind = type(value).__name__
+        return f"use its isoformat() string instead ({kind}.fromisoformat() reads it back)"
+    if isinstance(value, datetime.timedelta):
+        return "use its total_seconds() instead"
+    if isinstance(value, decimal.Decimal):
+        return "use str(value) instead (Decimal(text) reads it back exactly)"
+    if isinstance(value, (uuid.UUID, PurePath)):
+        return "use str(value) instead"
+    if isinstance(value, enum.Enum):
+        return "use its .value instead"
+    if isinstance(value, float):
+        return "NaN and infinities have no JSON form: use None or a string instead"
+    if isinstance(value, (set, frozenset)):
+        return "use a list instead (sorted(value))"
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return "use text instead (decode it, or base64 for binary data)"
+    return "convert it to JSON values first"
 
 
 def check_text(text: str, *, what: str) -> None:

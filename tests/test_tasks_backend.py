@@ -6,6 +6,8 @@ backport; tests/test_tasks_backend_worker.py runs the tasks in worker processes.
 
 import sys
 from datetime import timedelta
+from decimal import Decimal
+from uuid import uuid4
 
 import pytest
 from asgiref.sync import async_to_sync
@@ -60,13 +62,55 @@ def test_enqueue_joins_the_callers_transaction(store):
 
 def test_arguments_must_be_json(store):
     before = len(cairnq_django.list_tasks())
-    with pytest.raises(TypeError, match="Unsupported type"):
+    with pytest.raises(TypeError, match="positional argument 0 is an object"):
         tasks.add.enqueue(object(), 1)
-    with pytest.raises(cairnq_django.SerializationError):
-        tasks.add.enqueue(float("nan"), 1)
+    with pytest.raises(cairnq_django.SerializationError, match="positional argument 1 is nan"):
+        tasks.add.enqueue(1, float("nan"))
     assert len(cairnq_django.list_tasks()) == before
     # What JSON can say is normalized the framework's way: tuples become lists.
     assert tasks.echo.enqueue((1, 2)).args == [[1, 2]]
+
+
+def _user():
+    from django.contrib.auth.models import User
+
+    return User(pk=7, username="ann")
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "where", "instead"),
+    [
+        ((), {"order": _user}, "keyword argument 'order' is a django.contrib.auth.models.User "
+         "model instance", "use its pk instead"),
+        ((lambda: timezone.now(),), {}, "positional argument 0 is a datetime.datetime",
+         "use its isoformat() string instead"),
+        ((1, lambda: Decimal("9.99")), {}, "positional argument 1 is a decimal.Decimal",
+         "use str(value) instead"),
+        ((), {"ids": lambda: [1, {"id": uuid4()}]},
+         "keyword argument 'ids' (at [1]['id']) is a uuid.UUID", "use str(value) instead"),
+    ],
+)
+def test_a_non_json_argument_is_named_with_what_to_pass_instead(
+    store, args, kwargs, where, instead
+):
+    args = [a() if callable(a) else a for a in args]
+    kwargs = {k: v() for k, v in kwargs.items()}
+    with pytest.raises(TypeError) as info:
+        tasks.echo.enqueue(*args, **kwargs)
+    message = str(info.value)
+    assert message.startswith(f"The arguments of tests.tasksapp.tasks.echo must be JSON: {where};")
+    assert instead in message
+    assert "Arguments may hold only JSON values" in message
+    assert cairnq_django.list_tasks(name="tests.tasksapp.tasks.echo") == []
+
+
+def test_the_plain_enqueue_says_the_same_of_its_payload(store):
+    with pytest.raises(cairnq_django.SerializationError) as info:
+        cairnq_django.enqueue("tests.echo", {"when": timezone.now()})
+    assert str(info.value).startswith(
+        "The task payload is not JSON-serializable: payload['when'] is a datetime.datetime; "
+        "use its isoformat() string instead"
+    )
 
 
 def test_unknown_queue_is_refused(store):
@@ -252,6 +296,41 @@ def test_manage_py_check_runs_the_backends_check(db):
     assert found == ["cairnq.E103"]
 
 
+def test_check_reports_the_app_missing_from_installed_apps(db):
+    from django.conf import settings
+    from django.core import checks
+
+    without = [app for app in settings.INSTALLED_APPS if app != "cairnq_django"]
+    with override_settings(INSTALLED_APPS=without):
+        found = [m for m in checks.run_checks() if m.id == "cairnq.E105"]
+        assert compat.task_backends["default"].check()[0].id == "cairnq.E105"
+    [error] = found
+    assert error.level == checks.ERROR
+    assert error.msg == (
+        "TASKS['default'] uses CairnQBackend, but 'cairnq_django' is not in INSTALLED_APPS."
+    )
+    assert "Add 'cairnq_django' to INSTALLED_APPS" in error.hint
+    assert not [m for m in checks.run_checks() if m.id == "cairnq.E105"]
+
+
+def test_enqueue_without_the_app_says_to_install_it(db, monkeypatch):
+    from django.conf import settings
+
+    from cairnq_django.store import plumbing
+
+    # A process that never had the app has never verified its tables.
+    monkeypatch.setattr(plumbing, "_verified_aliases", set())
+    without = [app for app in settings.INSTALLED_APPS if app != "cairnq_django"]
+    with override_settings(INSTALLED_APPS=without):
+        with pytest.raises(cairnq_django.CairnQError) as info:
+            tasks.add.enqueue(1, 2)
+    assert str(info.value) == (
+        "cairnq_django is not in INSTALLED_APPS, so it has no tables to use: add "
+        "'cairnq_django' to INSTALLED_APPS, then run "
+        "`manage.py migrate cairnq_django --database default`."
+    )
+
+
 def test_the_admin_shows_a_framework_task_as_its_call(admin_client, store):
     from django.urls import reverse
 
@@ -300,6 +379,43 @@ def test_the_on_commit_option_writes_the_row_after_the_commit(
             assert (result.status, result.enqueued_at) == ("READY", None)
             assert cairnq_django.get(result.id) is None
     assert cairnq_django.get(result.id).payload == {"args": [1, 1], "kwargs": {}}
+
+
+@pytest.mark.parametrize(
+    "setting",
+    [{"OPTIONS": {"ON_COMMIT": True}}, {"CAIRNQ": {"ENQUEUE_ON_COMMIT": True}}],
+    ids=["OPTIONS", "ENQUEUE_ON_COMMIT"],
+)
+def test_with_on_commit_task_enqueued_is_sent_when_the_row_is_written(
+    live_store, caplog, setting
+):
+    config = {
+        "BACKEND": "cairnq_django.backends.CairnQBackend", "OPTIONS": setting.get("OPTIONS", {})
+    }
+    seen = []
+
+    def receiver(sender, task_result, **kwargs):
+        # What a receiver reads when it looks the task up: the row.
+        seen.append((task_result.id, cairnq_django.get(task_result.id) is not None))
+
+    framework_logger = "django.tasks" if compat.SOURCE == "django.tasks" else "django_tasks"
+    caplog.set_level("DEBUG", logger=framework_logger)
+    compat.task_enqueued.connect(receiver)
+    try:
+        with override_settings(TASKS={"default": config}, CAIRNQ=setting.get("CAIRNQ", {})):
+            with pytest.raises(RuntimeError):
+                with transaction.atomic():
+                    rolled_back = tasks.add.enqueue(1, 1)
+                    raise RuntimeError("roll back")
+            with transaction.atomic():
+                committed = tasks.add.enqueue(1, 2)
+                assert seen == []
+    finally:
+        compat.task_enqueued.disconnect(receiver)
+    assert cairnq_django.get(rolled_back.id) is None
+    assert seen == [(committed.id, True)]
+    logged = [r.getMessage() for r in caplog.records if "enqueued" in r.getMessage()]
+    assert [line.split()[1] for line in logged] == [f"id={committed.id}"]
 
 
 def test_progress_and_message_reach_framework_metadata_where_it_exists(store, monkeypatch):

@@ -4,6 +4,7 @@ One burst worker (settings: tests.settings_tasks) runs every task at once, so
 the test costs one process start per database.
 """
 
+import signal
 from datetime import timedelta
 
 import pytest
@@ -12,7 +13,7 @@ from django.utils import timezone
 
 import cairnq_django
 from cairnq_django import compat
-from tests.workerutil import run_burst
+from tests.workerutil import WorkerProcess, run_burst, wait_for
 
 pytestmark = [
     pytest.mark.slow,
@@ -43,6 +44,11 @@ def test_the_worker_runs_framework_tasks(live_store, child_env, tmp_path):
     greeted = tasks.greet.enqueue("ann")
     multiplied = extra_tasks.multiply.enqueue(6, 7)
     unserializable = tasks.not_json.enqueue()
+    # Raised by the task, not sent to the worker: each fails its own task only.
+    raised = {
+        kind: tasks.raise_base.enqueue(kind)
+        for kind in ("SystemExit", "KeyboardInterrupt", "Halt")
+    }
     later = tasks.add.using(run_after=timezone.now() + timedelta(hours=1)).enqueue(0, 0)
     # A row naming a module nothing discovers: never imported, never run.
     stray = cairnq_django.enqueue(
@@ -92,6 +98,12 @@ def test_the_worker_runs_framework_tasks(live_store, child_env, tmp_path):
     unserializable.refresh()
     assert unserializable.status == "FAILED" and unserializable.attempts == 1
     assert cairnq_django.get(unserializable.id).error["code"] == "unserializable_result"
+    assert [e.exception_class for e in unserializable.errors] == [TypeError]
+
+    for kind, result in raised.items():
+        result.refresh()
+        assert result.status == "FAILED", output
+        assert [e.exception_class for e in result.errors] == [tasks.RAISABLE[kind]]
 
     assert cairnq_django.get(stray.id).status == "queued"
     assert cairnq_django.get(later.id).status == "queued"  # not due: left for later
@@ -110,3 +122,39 @@ def test_the_worker_runs_framework_tasks(live_store, child_env, tmp_path):
     assert [line for line in lines if line.startswith(f"finished {retried.id}")] == [
         f"finished {retried.id} SUCCESSFUL"
     ]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_signal_to_the_worker_still_stops_it_gracefully(live_store, child_env, tmp_path, signum):
+    """A task raising KeyboardInterrupt fails; SIGINT/SIGTERM to the worker still drains it."""
+    gate = tmp_path / "gate"
+    interrupted = tasks.fail_with.enqueue(["KeyboardInterrupt", "SystemExit", "KeyboardInterrupt"])
+    env = {**child_env, "DJANGO_SETTINGS_MODULE": "tests.settings_tasks"}
+    worker = WorkerProcess(
+        env, "--concurrency", "1", "--shutdown-timeout", "120000", "--poll", "50",
+        settings={"RETRY_BACKOFF_BASE": 0},
+    )
+    try:
+        wait_for(
+            lambda: cairnq_django.get(interrupted.id).status == "failed", timeout=60,
+            message="The task raising KeyboardInterrupt never failed.",
+        )
+        # The worker is still serving: it takes the next task.
+        waiting = tasks.wait_for_file.enqueue(str(gate))
+        wait_for(lambda: cairnq_django.get(waiting.id).status == "running", timeout=60)
+        worker.signal(signum)
+        wait_for(lambda: "no new tasks will be claimed" in worker.output(), timeout=30)
+        stranded = tasks.add.enqueue(1, 1)  # claimed by no one: the worker is stopping
+        gate.touch()
+        assert worker.wait(60) == 0, worker.output()
+        output = worker.output()
+    finally:
+        worker.stop()
+    assert f"Received {signal.Signals(signum).name}; no new tasks will be claimed" in output
+    interrupted.refresh()
+    assert [e.exception_class for e in interrupted.errors] == [
+        KeyboardInterrupt, SystemExit, KeyboardInterrupt
+    ]
+    # The running task was let finish, as a stop always does.
+    assert tasks.wait_for_file.get_result(waiting.id).return_value == "opened"
+    assert cairnq_django.get(stranded.id).status == "queued"

@@ -14,19 +14,24 @@ caller's transaction on the queue's database; `cairnq_worker` runs it.
 
 from __future__ import annotations
 
+from functools import partial
 from importlib import import_module
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from django.apps import apps
 from django.conf import settings
 from django.core import checks
+from django.db import DEFAULT_DB_ALIAS, transaction
 
 from .. import client, compat
 from ..conf import cairnq_settings
+from ..errors import SerializationError
 from ..records import DEFAULT_CONFLICT
 from ..validators import is_integer
 from .results import pending_result, split_payload, to_result
 from .tasks import CairnQTask, known_tasks, row_name, validate_extras
+from .values import arguments_problem, json_arguments
 
 OPTION_DEFAULTS: dict[str, Any] = {
     # Alias of the database holding the CairnQ tables (default: CAIRNQ["DATABASE"]).
@@ -82,28 +87,46 @@ class CairnQBackend(compat.BaseTaskBackend):
     def enqueue(self, task: Any, args: Any, kwargs: Any) -> Any:
         """Queue up the Task to be executed."""
         self.validate_task(task)
-        args = compat.normalize_json(list(args))
-        kwargs = compat.normalize_json(dict(kwargs))
-        written = client.enqueue(
-            row_name(task),
-            {"args": args, "kwargs": kwargs},
-            queue=task.queue_name,
-            # Both run higher numbers first: the framework's -100..100 is
-            # stored as is, which keeps the order for every implementation.
-            priority=task.priority,
-            run_at=task.run_after,
-            max_attempts=getattr(task, "max_attempts", None) or self.max_attempts,
-            key=getattr(task, "key", None),
-            conflict=getattr(task, "conflict", DEFAULT_CONFLICT),
-            using=self.database,
-            on_commit=self.on_commit,
-        )
+        args, kwargs = json_arguments(task, args, kwargs)
+        try:
+            written = client.enqueue(
+                row_name(task),
+                {"args": args, "kwargs": kwargs},
+                queue=task.queue_name,
+                # Both run higher numbers first: the framework's -100..100 is
+                # stored as is, which keeps the order for every implementation.
+                priority=task.priority,
+                run_at=task.run_after,
+                max_attempts=getattr(task, "max_attempts", None) or self.max_attempts,
+                key=getattr(task, "key", None),
+                conflict=getattr(task, "conflict", DEFAULT_CONFLICT),
+                using=self.database,
+                on_commit=self.on_commit,
+            )
+        except SerializationError as exc:
+            # What the framework lets through but the queue cannot store (NaN).
+            problem = arguments_problem(task, args, kwargs)
+            if problem is None:
+                raise
+            raise SerializationError(problem) from exc
         if isinstance(written, client.PendingTask):
-            result = pending_result(task, written.id, args, kwargs, self.alias)
-        else:
-            result = to_result(task, written, self.alias)
+            # task_enqueued (and the framework's "enqueued" log line) must
+            # describe a row that exists: sent once the write after the
+            # caller's commit is done, never for a rolled-back enqueue. The
+            # write is the callback registered just before this one, and
+            # on_commit callbacks run in order.
+            transaction.on_commit(
+                partial(self._announce_written, task, written), using=DEFAULT_DB_ALIAS
+            )
+            return pending_result(task, written.id, args, kwargs, self.alias)
+        result = to_result(task, written, self.alias)
         compat.task_enqueued.send(type(self), task_result=result)
         return result
+
+    def _announce_written(self, task: Any, pending: client.PendingTask) -> None:
+        if pending.task is not None:
+            result = to_result(task, pending.task, self.alias)
+            compat.task_enqueued.send(type(self), task_result=result)
 
     async def aenqueue(self, task: Any, args: Any, kwargs: Any) -> Any:
         """See enqueue()."""
@@ -143,9 +166,21 @@ class CairnQBackend(compat.BaseTaskBackend):
 
     # ------------------------------------------------------------ checks
     def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
-        """Report OPTIONS this backend cannot use."""
+        """Report a missing app and OPTIONS this backend cannot use."""
         errors: list[checks.CheckMessage] = []
         where = f"TASKS[{self.alias!r}]"
+        if not apps.is_installed("cairnq_django"):
+            # Without the app there are no models, so no tables to migrate:
+            # the first enqueue would fail.
+            errors.append(
+                checks.Error(
+                    f"{where} uses CairnQBackend, but 'cairnq_django' is not in "
+                    "INSTALLED_APPS.",
+                    hint="Add 'cairnq_django' to INSTALLED_APPS, then run "
+                    "`manage.py migrate cairnq_django`.",
+                    id="cairnq.E105",
+                )
+            )
         if self.unknown_options:
             errors.append(
                 checks.Error(

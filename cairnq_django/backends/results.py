@@ -157,12 +157,16 @@ def pending_result(task: Any, task_id: str, args: list, kwargs: dict, backend_al
     )
 
 
-def failure_envelope(exc: BaseException, record: TaskRecord) -> tuple[dict[str, Any], bool]:
+def failure_envelope(
+    exc: BaseException, record: TaskRecord, *, unserializable_result: bool = False
+) -> tuple[dict[str, Any], bool]:
     """(envelope, retryable) for an exception a framework task raised on this attempt.
 
     The envelope reads like any other handler error to other implementations;
     its details add the exception's class path, the traceback, and the errors
     of earlier attempts (from the previous envelope), newest last.
+    `unserializable_result`: `exc` says the return value is not JSON; that
+    fails the task for good, with the code the worker gives such a result.
     """
     earlier = []
     previous = record.error if isinstance(record.error, dict) else None
@@ -189,11 +193,13 @@ def failure_envelope(exc: BaseException, record: TaskRecord) -> tuple[dict[str, 
             details={**(exc.details or {}), **details},
         )
         return envelope, exc.retryable
+    retryable = not unserializable_result
     envelope = error_envelope(
-        type=cls.__name__, code="handler_error", message=str(exc) or cls.__name__,
-        retryable=True, details=details,
+        type=cls.__name__,
+        code="unserializable_result" if unserializable_result else "handler_error",
+        message=str(exc) or cls.__name__, retryable=retryable, details=details,
     )
-    return envelope, True
+    return envelope, retryable
 
 
 _MAX_CALL_TEXT = 1_000

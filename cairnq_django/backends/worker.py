@@ -11,6 +11,7 @@ framework's `task_finished` follows the worker's own end-of-task signals.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sys
 from dataclasses import replace
@@ -28,6 +29,7 @@ from .. import compat, signals
 from ..errors import LostLease, TaskError
 from .results import failure_envelope, split_payload, to_result, with_attempt
 from .tasks import known_tasks, row_name
+from .values import json_return_value
 
 logger = logging.getLogger("cairnq_django.worker")
 
@@ -117,9 +119,16 @@ class TaskHandler:
                 value = self.task.call(compat.TaskContext(task_result=result), *args, **kwargs)
             else:
                 value = self.task.call(*args, **kwargs)
-            return _returned(value)
-        except Exception as exc:
+        except BaseException as exc:
+            # SystemExit, KeyboardInterrupt and the like too: the framework's
+            # backends record them as the task's error. The worker's own
+            # signals never arrive here: they go to its main thread.
             self.failed(ctx, exc)
+            raise
+        try:
+            return json_return_value(self.task, value)
+        except (TypeError, ValueError) as exc:
+            self.failed(ctx, exc, returned=True)
             raise
 
     # ------------------------------------------------------------ steps
@@ -151,9 +160,13 @@ class TaskHandler:
         _send(compat.task_started, self.task, task_result=result)
         return result
 
-    def failed(self, ctx: Any, exc: BaseException) -> None:
-        """Fail the attempt with an envelope that keeps the exception's class and traceback."""
-        envelope, retryable = failure_envelope(exc, ctx.record)
+    def failed(self, ctx: Any, exc: BaseException, *, returned: bool = False) -> None:
+        """Fail the attempt with an envelope that keeps the exception's class and traceback.
+
+        `returned`: the function returned a value that is not JSON, which no
+        retry changes.
+        """
+        envelope, retryable = failure_envelope(exc, ctx.record, unserializable_result=returned)
         try:
             ctx.fail(envelope, retryable=retryable)
         except LostLease:
@@ -173,9 +186,15 @@ class AsyncTaskHandler(TaskHandler):
                 )
             else:
                 value = await self.task.acall(*args, **kwargs)
-            return _returned(value)
-        except Exception as exc:
+        except asyncio.CancelledError:
+            raise  # the worker gave up on the attempt (a timeout, shutdown) and settles it
+        except BaseException as exc:
             await _on_db(ctx, self.failed, ctx, exc)
+            raise
+        try:
+            return json_return_value(self.task, value)
+        except (TypeError, ValueError) as exc:
+            await _on_db(ctx, partial(self.failed, returned=True), ctx, exc)
             raise
 
 
@@ -189,17 +208,6 @@ async def _on_db(ctx: Any, fn: Any, *args: Any) -> Any:
     if ctx._db_executor is not None:
         return await ctx._run_db(partial(fn, *args))
     return await sync_to_async(fn, thread_sensitive=True)(*args)
-
-
-def _returned(value: Any) -> Any:
-    try:
-        return compat.normalize_json(value)
-    except (TypeError, ValueError) as exc:
-        raise TaskError(
-            "unserializable_result",
-            f"The task's return value cannot be stored as JSON: {exc}",
-            retryable=False,
-        ) from exc
 
 
 def _send(signal: Any, task: Any, **kwargs: Any) -> None:

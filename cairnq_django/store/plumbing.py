@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 
+from django.apps import apps
 from django.db import connections, transaction
 from django.db.models import QuerySet
 
@@ -90,6 +91,14 @@ class StoreBase:
         with _verify_lock:
             if self.using in _verified_aliases:
                 return
+            if not apps.is_installed("cairnq_django"):
+                # Its models do not exist, and `migrate cairnq_django` says
+                # "No installed app with label 'cairnq_django'".
+                raise CairnQError(
+                    "cairnq_django is not in INSTALLED_APPS, so it has no tables to use: add "
+                    "'cairnq_django' to INSTALLED_APPS, then run "
+                    f"`manage.py migrate cairnq_django --database {self.using}`."
+                )
             try:
                 found = (
                     q.models().ProtocolMeta.objects.using(self.using)

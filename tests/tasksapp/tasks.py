@@ -2,6 +2,7 @@
 
 import asyncio
 import os
+import time
 
 from cairnq_django.compat import task, task_finished, task_started
 
@@ -56,6 +57,50 @@ greet = task(greet).using(cairnq_name="tests.shared_greet")
 @task
 def not_json():
     return object()
+
+
+@task
+async def async_not_json():
+    return {"when": object()}
+
+
+class Halt(BaseException):
+    """Neither an Exception nor one of Python's own: a task may raise it all the same."""
+
+
+RAISABLE = {"SystemExit": SystemExit, "KeyboardInterrupt": KeyboardInterrupt, "Halt": Halt,
+            "RuntimeError": RuntimeError}
+
+
+@task
+def raise_base(kind):
+    raise RAISABLE[kind](f"raised {kind}")
+
+
+@task
+async def async_raise_base(kind):
+    raise RAISABLE[kind](f"raised {kind}")
+
+
+def fail_with(context, kinds):
+    """Raise RAISABLE[kinds[n - 1]] on attempt n, then return the attempt."""
+    if context.attempt <= len(kinds):
+        raise RAISABLE[kinds[context.attempt - 1]](f"attempt {context.attempt}")
+    return context.attempt
+
+
+fail_with = task(takes_context=True)(fail_with).using(max_attempts=3)
+
+
+@task
+def wait_for_file(path):
+    """Return once `path` exists (a test creates it when it is ready)."""
+    deadline = time.monotonic() + 120
+    while not os.path.exists(path):
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{path} never appeared")
+        time.sleep(0.02)
+    return "opened"
 
 
 def _log_signal(kind, task_result, **kwargs):
