@@ -7,11 +7,12 @@ come from foreign writers, so nothing here trusts them to be UTF-8 or JSON.
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime
 
 from django.utils import dateformat, timezone
 from django.utils.html import format_html, format_html_join
-from django.utils.safestring import SafeString
+from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext_lazy as _
 
 
@@ -34,6 +35,52 @@ def format_time(ms: int | None) -> str:
         f" {dateformat.format(local, 'T')}"
     )
     return format_html('<time datetime="{}">{}</time>', moment.isoformat(), text)
+
+
+def compact_time(ms: int | None) -> str:
+    """Render epoch milliseconds for a list column: local date and time to the second.
+
+    The date and the time are two unbreakable pieces (a narrow column puts the
+    time under the date, never half a date on each line); the title has the
+    millisecond and the zone.
+    """
+    moment = ms_to_datetime(ms)
+    if moment is None:
+        return "-"
+    local = timezone.localtime(moment)
+    full = (
+        f"{dateformat.format(local, 'Y-m-d H:i:s')}.{local.microsecond // 1000:03d}"
+        f" {dateformat.format(local, 'T')}"
+    )
+    return format_html(
+        '<time datetime="{}" title="{}"><span class="cq-nowrap">{}</span> '
+        '<span class="cq-nowrap">{}</span></time>',
+        moment.isoformat(), full, dateformat.format(local, "Y-m-d"), dateformat.format(local, "H:i:s"),
+    )
+
+
+# Enough of a ULID's tail to tell the tasks of a page apart: its head is the
+# creation time, alike for tasks enqueued together; its tail is random.
+SHORT_ID_CHARS = 8
+
+
+def short_id(task_id: str) -> str:
+    """A task id short enough for the list: `…` and its last characters (short ids stay whole)."""
+    if len(task_id) <= SHORT_ID_CHARS + 4:
+        return task_id
+    return "…" + task_id[-SHORT_ID_CHARS:]
+
+
+_BREAK_AFTER = re.compile(r"([._:/-]+)")
+
+
+def breakable(text: str) -> SafeString:
+    """Escape `text` with a line-break chance after each . _ : / -, never inside a word."""
+    parts = _BREAK_AFTER.split(text)
+    return format_html_join("", "{}{}", (
+        (part, mark_safe("<wbr>") if index % 2 else "")  # noqa: S308  (a constant tag)
+        for index, part in enumerate(parts)
+    ))
 
 
 def human_duration(ms: int | None) -> str:
