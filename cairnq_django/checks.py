@@ -227,11 +227,22 @@ def database_errors(alias: str) -> list[CheckMessage]:
                 id="cairnq.W013",
             )
         )
+    # Without the option Python's sqlite3 waits 5 s, which passes (README, W014).
     timeout = options.get("timeout", 5)
-    if not isinstance(timeout, (int, float)) or timeout < 5:
+    if not isinstance(timeout, (int, float)) or isinstance(timeout, bool):
         errors.append(
             CheckWarning(
-                f"SQLite database {alias!r} waits only {timeout!r} s for the write lock.",
+                f"SQLite database {alias!r} has OPTIONS['timeout'] = {timeout!r}, which is "
+                "not a number of seconds.",
+                hint=f"Set DATABASES[{alias!r}]['OPTIONS']['timeout'] = 20 (seconds).",
+                id="cairnq.W014",
+            )
+        )
+    elif timeout < 5:
+        errors.append(
+            CheckWarning(
+                f"SQLite database {alias!r} waits only {timeout!r} s for the write lock "
+                "(under 5 s).",
                 hint=f"Set DATABASES[{alias!r}]['OPTIONS']['timeout'] = 20 (seconds).",
                 id="cairnq.W014",
             )

@@ -31,21 +31,35 @@ try:
     SOURCE = "django.tasks"
 except ImportError:
     try:
-        from django_tasks import TaskContext, TaskResult, TaskResultStatus, task, task_backends
+        # django-stubs 6 types django.tasks, so mypy reads every name below
+        # as its django.tasks twin; the backport's own types differ only in
+        # name, hence the ignores.
+        from django_tasks import (  # type: ignore[assignment, no-redef]
+            TaskContext,
+            TaskResult,
+            TaskResultStatus,
+            task,
+            task_backends,
+        )
 
         # The backport registers its system check from its app's ready();
         # registering it here runs it without the app too (once either way).
         from django_tasks import checks as _checks  # noqa: F401
-        from django_tasks.backends.base import BaseTaskBackend
-        from django_tasks.base import (
+        from django_tasks.backends.base import BaseTaskBackend  # type: ignore[assignment]
+        from django_tasks.base import (  # type: ignore[assignment]
             DEFAULT_TASK_QUEUE_NAME,
             TASK_MAX_PRIORITY,
             TASK_MIN_PRIORITY,
             Task,
             TaskError,
         )
-        from django_tasks.exceptions import InvalidTaskError as InvalidTask
-        from django_tasks.exceptions import TaskResultDoesNotExist, TaskResultMismatch
+        from django_tasks.exceptions import (  # type: ignore[assignment]
+            InvalidTaskError as InvalidTask,
+        )
+        from django_tasks.exceptions import (  # type: ignore[assignment]
+            TaskResultDoesNotExist,
+            TaskResultMismatch,
+        )
         from django_tasks.signals import task_enqueued, task_finished, task_started
         from django_tasks.utils import normalize_json
 

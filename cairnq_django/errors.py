@@ -41,7 +41,12 @@ class HeartbeatLate(CairnQError):
     ) -> None:
         super().__init__(
             f"The heartbeat ran {late_ms} ms late (interval {interval_ms} ms, lease "
-            f"{lease_ms} ms); the leases of {len(task_ids)} in-flight task(s) were at risk."
+            f"{lease_ms} ms); "
+            + (
+                "the lease of 1 in-flight task was at risk."
+                if len(task_ids) == 1
+                else f"the leases of {len(task_ids)} in-flight tasks were at risk."
+            )
         )
         self.late_ms = late_ms
         self.interval_ms = interval_ms

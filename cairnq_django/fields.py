@@ -7,8 +7,6 @@ the peers do not expect, or an index every insert pays for.
 
 from __future__ import annotations
 
-from typing import cast
-
 from django.db import models
 
 from .store.dialects import dialect_for
@@ -59,11 +57,11 @@ class CascadingForeignKey(models.ForeignKey):
 
     def db_type(self, connection):
         target = self.target_field
-        # Resolved to a model class by the time a column type is asked for.
-        related_model = cast("type[models.Model]", self.related_model)
+        # Resolved to a model class by the time a column type is asked for
+        # (django-stubs 6 types related_model so already).
+        related_model = self.related_model
         return (
-            # Every Field has rel_db_type(); django-stubs 5.2 declares it on one mixin only.
-            f"{target.rel_db_type(connection)} REFERENCES"  # type: ignore[attr-defined]
+            f"{target.rel_db_type(connection)} REFERENCES"
             f" {related_model._meta.db_table}({target.column}) ON DELETE CASCADE"
         )
 

@@ -96,8 +96,10 @@ def _check_structure(value: Any, what: str) -> None:
         if isinstance(item, dict):
             for key in item:
                 if not isinstance(key, str):
+                    kind = type(key).__name__
+                    article = "an" if kind[:1].lower() in "aeiou" else "a"
                     raise SerializationError(
-                        f"The task {what} has a {type(key).__name__} key {key!r}; JSON object "
+                        f"The task {what} has {article} {kind} key {key!r}; JSON object "
                         "keys must be strings (convert it yourself, so two keys cannot "
                         "silently become one)."
                     )

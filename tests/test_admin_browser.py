@@ -136,7 +136,7 @@ def test_operator_filters_and_runs_every_action(browser, live_server, live_store
     page.click('#changelist-filter a[href*="status__exact=failed"]')
     page.wait_for_url("**status__exact=failed**")
     assert page.locator("#result_list tbody tr").count() == 1
-    assert failed.id in page.inner_text("#result_list")
+    assert page.locator(f'#result_list .cq-id[title="{failed.id}"]').count() == 1
     page.goto(f"{live_server.url}/admin/cairnq_django/task/")
     page.click('#changelist-filter a[href="?queue=mail"]')
     page.wait_for_url("**queue=mail**")
@@ -199,4 +199,97 @@ def test_actions_are_not_offered_without_their_permissions(browser, live_server,
     assert options == ["cancel_tasks"]
     _run_action(page, "cancel_tasks", [task.id])
     assert _messages(page) == ["Canceled 1 queued task."]
+    page.close()
+
+
+# Counts, for each cell of the given columns, the line boxes of its longest
+# text: a text node broken over two lines ("defaul" / "t") has two rects.
+WRAPPED_TEXT_JS = """
+(columns) => columns.flatMap((column) =>
+    Array.from(document.querySelectorAll(`#result_list td.field-${column}, #result_list th.field-${column}`))
+        .map((cell) => {
+            const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+            let lines = 0;
+            for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+                if (!node.textContent.trim()) continue;
+                const range = document.createRange();
+                range.selectNodeContents(node);
+                const tops = new Set(Array.from(range.getClientRects()).map((r) => Math.round(r.top)));
+                lines = Math.max(lines, tops.size);
+            }
+            return {column, text: cell.innerText.trim(), lines};
+        }))
+"""
+
+
+@pytest.mark.slow
+def test_changelist_keeps_short_values_on_one_line_at_1400px(browser, live_server, live_store):
+    store = live_store
+    _make(store, "succeeded", "reports.build_monthly_invoice_summary", key="report-2026-11-eu-west")
+    _make(store, "failed", "emails.send_password_reset", max_attempts=1)
+    _make(store, "running", "imports.csv")
+    for queue in ("default", "emails", "imports-bulk"):
+        _make(store, "queued", "emails.send", queue=queue, key=f"order-{queue}-40917")
+    _user("root", superuser=True)
+    page = _login(browser, live_server, "root")
+    page.set_viewport_size({"width": 1400, "height": 900})
+    page.reload()
+    page.wait_for_selector("#result_list")
+
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "admin-changelist-1400.png"), full_page=True)
+    short = ["short_id", "queue_name", "status_badge", "attempts", "created", "duration"]
+    cells = page.evaluate(WRAPPED_TEXT_JS, short)
+    assert {cell["column"] for cell in cells} == set(short)
+    wrapped = [cell for cell in cells if cell["lines"] > 1]
+    assert wrapped == []
+    # The list fits its column of the page: no sideways scrolling, nothing cut off.
+    assert page.evaluate("document.documentElement.scrollWidth") <= 1400
+    fits = page.evaluate(
+        "() => { const t = document.querySelector('#result_list');"
+        " return [t.getBoundingClientRect().width, t.parentElement.clientWidth]; }"
+    )
+    assert fits[0] <= fits[1], fits
+    # The shortened id carries the full one, on hover and for the copy button.
+    task_ids = {task.id for task in store.list(limit=10)}
+    titles = set(page.locator("#result_list .field-short_id .cq-id").evaluate_all(
+        "ids => ids.map(id => id.title)"))
+    assert titles == task_ids
+    copies = page.locator("#result_list .field-short_id button.cq-copy")
+    assert set(copies.evaluate_all("buttons => buttons.map(b => b.dataset.copy)")) == task_ids
+    # The button copies the full id (and stays on the list page).
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"])
+    first = copies.first
+    first.click()
+    page.wait_for_selector("button.cq-copy.cq-copied")
+    assert page.evaluate("navigator.clipboard.readText()") == first.get_attribute("data-copy")
+    assert page.url.endswith("/admin/cairnq_django/task/")
+    page.close()
+
+
+@pytest.mark.slow
+def test_a_failed_tasks_page_shows_its_traceback_as_lines(browser, live_server, live_store):
+    store = live_store
+    task = run(store, "emails.send", max_attempts=1)
+    trace = (
+        "Traceback (most recent call last):\n"
+        '  File "shop/tasks.py", line 12, in send\n'
+        "    smtp.send(message)\n"
+        "ConnectionError: upstream <smtp> timed out\n"
+    )
+    store.fail(task.id, "w1", {
+        "type": "ConnectionError", "code": "handler_error", "message": "upstream <smtp> timed out",
+        "details": {"traceback": trace},
+    }, retryable=False)
+    _user("root", superuser=True)
+    page = _login(browser, live_server, "root")
+    page.set_viewport_size({"width": 1400, "height": 900})
+    page.goto(f"{live_server.url}/admin/cairnq_django/task/{task.id}/change/")
+
+    block = page.locator("pre.cq-traceback")
+    assert block.inner_text() == trace
+    assert page.locator("table.cq-error td.cq-error-message").inner_text() == "upstream <smtp> timed out"
+    block.scroll_into_view_if_needed()
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "admin-task-error.png"), full_page=True)
     page.close()

@@ -145,6 +145,13 @@ def test_sqlite_with_a_short_busy_timeout_warns(timeout):
     assert ids(run_checks(databases={"default": sqlite_db(**options)})) == ["cairnq.W014"]
 
 
+def test_a_busy_timeout_that_is_not_a_number_is_named_as_such():
+    [warning] = run_checks(databases={"default": sqlite_db(**dict(GOOD_SQLITE, timeout="20"))})
+    assert warning.msg == (
+        "SQLite database 'default' has OPTIONS['timeout'] = '20', which is not a number of seconds."
+    )
+
+
 def test_an_sqlite_library_without_returning_is_an_error(monkeypatch):
     import cairnq_django.checks as checks
 

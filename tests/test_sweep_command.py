@@ -61,7 +61,7 @@ def test_dry_run_says_what_would_go_and_keeps_it(store, per_status):
 
     assert out == (
         "Would delete 3 succeeded tasks older than 1h.\n"
-        "Would delete 1 failed tasks older than 30d.\n"
+        "Would delete 1 failed task older than 30d.\n"
         "Would delete 4 tasks in all.\n"
     )
     assert remaining(store) == before
@@ -74,7 +74,7 @@ def test_dry_run_says_what_would_go_and_keeps_it(store, per_status):
 def test_older_than_accepts_milliseconds_and_units(store, older_than, expected):
     old = make_ids(store, "succeeded", age_ms=3 * DAY)
     out, _ = sweep("--older-than", older_than)
-    assert out == f"Deleted 1 finished tasks older than {expected} (1 batch).\n"
+    assert out == f"Deleted 1 finished task older than {expected} (1 batch).\n"
     assert not set(old) & remaining(store)
 
 
@@ -87,7 +87,7 @@ def test_one_off_filters_replace_the_settings(store, per_status):
 
     out, _ = sweep("--older-than", "2h", "--status", "failed", "--queue", "q", "--name", "n")
 
-    assert out == "Deleted 1 failed tasks in queue 'q' named 'n' older than 2h (1 batch).\n"
+    assert out == "Deleted 1 failed task in queue 'q' named 'n' older than 2h (1 batch).\n"
     assert remaining(store) == set(kept)
     assert not set(target) & remaining(store)
 
@@ -98,7 +98,7 @@ def test_filters_without_a_cutoff_narrow_the_settings(store, per_status):
 
     out, _ = sweep("--queue", "q", "--status", "succeeded")
 
-    assert out == "Deleted 1 succeeded tasks in queue 'q' older than 1h (1 batch).\n"
+    assert out == "Deleted 1 succeeded task in queue 'q' older than 1h (1 batch).\n"
     assert remaining(store) == set(kept)
 
 
@@ -110,7 +110,7 @@ def test_repeated_status_makes_a_rule_each(store):
     out, _ = sweep("--older-than", "1h", "--status", "failed", "--status", "canceled")
 
     assert out.splitlines() == [
-        "Deleted 1 failed tasks older than 1h (1 batch).",
+        "Deleted 1 failed task older than 1h (1 batch).",
         "Deleted 2 canceled tasks older than 1h (1 batch).",
         "Deleted 3 tasks in all.",
     ]

@@ -7,11 +7,12 @@ come from foreign writers, so nothing here trusts them to be UTF-8 or JSON.
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime
 
 from django.utils import dateformat, timezone
-from django.utils.html import format_html
-from django.utils.safestring import SafeString
+from django.utils.html import format_html, format_html_join
+from django.utils.safestring import SafeString, mark_safe
 from django.utils.translation import gettext_lazy as _
 
 
@@ -34,6 +35,52 @@ def format_time(ms: int | None) -> str:
         f" {dateformat.format(local, 'T')}"
     )
     return format_html('<time datetime="{}">{}</time>', moment.isoformat(), text)
+
+
+def compact_time(ms: int | None) -> str:
+    """Render epoch milliseconds for a list column: local date and time to the second.
+
+    The date and the time are two unbreakable pieces (a narrow column puts the
+    time under the date, never half a date on each line); the title has the
+    millisecond and the zone.
+    """
+    moment = ms_to_datetime(ms)
+    if moment is None:
+        return "-"
+    local = timezone.localtime(moment)
+    full = (
+        f"{dateformat.format(local, 'Y-m-d H:i:s')}.{local.microsecond // 1000:03d}"
+        f" {dateformat.format(local, 'T')}"
+    )
+    return format_html(
+        '<time datetime="{}" title="{}"><span class="cq-nowrap">{}</span> '
+        '<span class="cq-nowrap">{}</span></time>',
+        moment.isoformat(), full, dateformat.format(local, "Y-m-d"), dateformat.format(local, "H:i:s"),
+    )
+
+
+# Enough of a ULID's tail to tell the tasks of a page apart: its head is the
+# creation time, alike for tasks enqueued together; its tail is random.
+SHORT_ID_CHARS = 8
+
+
+def short_id(task_id: str) -> str:
+    """A task id short enough for the list: `…` and its last characters (short ids stay whole)."""
+    if len(task_id) <= SHORT_ID_CHARS + 4:
+        return task_id
+    return "…" + task_id[-SHORT_ID_CHARS:]
+
+
+_BREAK_AFTER = re.compile(r"([._:/-]+)")
+
+
+def breakable(text: str) -> SafeString:
+    """Escape `text` with a line-break chance after each . _ : / -, never inside a word."""
+    parts = _BREAK_AFTER.split(text)
+    return format_html_join("", "{}{}", (
+        (part, mark_safe("<wbr>") if index % 2 else "")  # noqa: S308  (a constant tag)
+        for index, part in enumerate(parts)
+    ))
 
 
 def human_duration(ms: int | None) -> str:
@@ -109,4 +156,82 @@ def json_block(raw: object) -> SafeString | str:
         '<p class="help cq-json-invalid">{}</p><pre class="cq-json cq-json-raw">{}</pre>',
         note,
         text,
+    )
+
+
+# Where the peers put a stack trace in an error envelope's details: this
+# worker and the cairnq SDK write "traceback", JavaScript writers "stack".
+TRACEBACK_KEYS = ("traceback", "stack")
+ERROR_FIELDS = (("code", _("code")), ("type", _("type")), ("message", _("message")),
+                ("retryable", _("retryable")))
+
+
+def _writable(text: str) -> str:
+    """Text that encodes as UTF-8: a lone surrogate (valid in JSON) becomes its escape."""
+    return text.encode("utf-8", errors="backslashreplace").decode("utf-8")
+
+
+def _as_text(value: object) -> str:
+    """A field of a foreign envelope as text: strings as they are, anything else as JSON."""
+    if isinstance(value, str):
+        return _writable(value)
+    return _writable(json.dumps(value, sort_keys=True, ensure_ascii=False))
+
+
+def _traceback_of(details: object) -> str | None:
+    """The stack trace in an envelope's details, if a writer left one we can show as text."""
+    if not isinstance(details, dict):
+        return None
+    for key in TRACEBACK_KEYS:
+        trace = details.get(key)
+        if isinstance(trace, str) and trace.strip():
+            return _writable(trace)
+        if isinstance(trace, list) and trace and all(isinstance(line, str) for line in trace):
+            # A list of lines (traceback.format_list keeps their newlines; others do not).
+            joined = "".join(trace) if all(line.endswith("\n") for line in trace) else "\n".join(trace)
+            return _writable(joined)
+    return None
+
+
+def error_block(raw: object) -> SafeString | str:
+    """Render the error column: code, type and message, then the traceback as a block.
+
+    The envelope comes from any writer, so every part is optional and may be
+    of any JSON type; what is not an object (or not JSON) is shown as
+    json_block shows it. The whole envelope stays below, folded.
+    """
+    text, note = decode_raw(raw)
+    if text is None or note is not None:
+        return json_block(raw)
+    try:
+        envelope = json.loads(text)
+    except (ValueError, RecursionError):
+        return json_block(raw)
+    if not isinstance(envelope, dict):
+        return json_block(raw)
+    try:
+        return _envelope_block(envelope, raw)
+    except RecursionError:  # a field nested too deeply to print again
+        return json_block(raw)
+
+
+def _envelope_block(envelope: dict[str, object], raw: object) -> SafeString:
+    rows = format_html_join(
+        "", '<tr><th scope="row">{}</th><td class="cq-error-{}">{}</td></tr>',
+        ((label, field, _as_text(envelope[field])) for field, label in ERROR_FIELDS
+         if field in envelope),
+    )
+    summary = format_html('<table class="cq-error"><tbody>{}</tbody></table>', rows) if rows else ""
+    trace = _traceback_of(envelope.get("details"))
+    trace_block = (
+        format_html(
+            '<p class="cq-error-heading">{}</p><pre class="cq-traceback">{}</pre>',
+            _("traceback"), trace,
+        )
+        if trace is not None
+        else ""
+    )
+    return format_html(
+        '{}{}<details class="cq-error-json"><summary>{}</summary>{}</details>',
+        summary, trace_block, _("the error as stored (JSON)"), json_block(raw),
     )

@@ -23,7 +23,7 @@ from ..conf import cairnq_settings
 from ..models import Task, TaskKey
 from ..store.admin_reads import raw_column
 from ..store.dialects import RAW_TEXT_COLUMNS
-from .display import decode_raw, format_time, json_block
+from .display import decode_raw, error_block, format_time, json_block
 from .views.workers import worker_link
 
 CHILDREN_SHOWN = 20
@@ -224,4 +224,4 @@ class TaskPageAdmin(admin.ModelAdmin):
 
     @admin.display(description=_("error"))
     def error_json(self, task: Task) -> str:
-        return json_block(self._raw(task, "error"))
+        return error_block(self._raw(task, "error"))

@@ -118,7 +118,7 @@ def to_result(task: Any, record: TaskRecord, backend_alias: str) -> Any:
     """Build the TaskResult a row stands for."""
     attempts = attempts_of(record)
     split = split_payload(record.payload) or ([], {})
-    result = compat.TaskResult(
+    result: Any = compat.TaskResult(
         task=task,
         id=record.id,
         status=_STATUS[record.status],

@@ -68,7 +68,8 @@ def import_task_modules() -> list[ModuleType]:
         if f"{config.name}.tasks" in sys.modules
     ]
     for alias in cairnq_backend_aliases():
-        modules += [import_module(name) for name in compat.task_backends[alias].modules]
+        backend: Any = compat.task_backends[alias]  # a CairnQBackend (cairnq_backend_aliases)
+        modules += [import_module(name) for name in backend.modules]
     return list(dict.fromkeys(modules))
 
 

@@ -59,7 +59,8 @@ def workers(using: str, now: int) -> list[WorkerView]:
             .order_by("id")
         )
         for task_id, name, queue, progress, worker_id in held:
-            by_id[worker_id].running.append(RunningTask(task_id, name, queue, progress))
+            # worker_id__in filtered out NULL, whatever the nullable column's type says.
+            by_id[str(worker_id)].running.append(RunningTask(task_id, name, queue, progress))
     return views
 
 

@@ -17,9 +17,10 @@ class RetentionRule:
     status: str | None = None  # None means every finished status
     name: str | None = None
 
-    def describe(self) -> str:
-        """Say in words what this rule deletes."""
-        what = f"{self.status} tasks" if self.status else "finished tasks"
+    def describe(self, count: int | None = None) -> str:
+        """Say in words what this rule deletes; `count` (if given) picks task or tasks."""
+        noun = "task" if count == 1 else "tasks"
+        what = f"{self.status} {noun}" if self.status else f"finished {noun}"
         if self.queue is not None:
             what += f" in queue {self.queue!r}"
         if self.name is not None:
@@ -42,7 +43,8 @@ class RuleResult:
 
     @property
     def description(self) -> str:
-        return self.rule.describe()
+        """The rule in words, with "task" or "tasks" agreeing with `deleted`."""
+        return self.rule.describe(self.deleted)
 
 
 def rules_for_overrides(

@@ -176,9 +176,10 @@ class RetentionSweeper:
         for result in results:
             if result.deleted:
                 logger.info(
-                    "Retention %s %d %s in %d batch(es).",
+                    "Retention %s %d %s in %d %s.",
                     "would delete" if result.dry_run else "deleted",
                     result.deleted, result.description, result.batches,
+                    "batch" if result.batches == 1 else "batches",
                 )
 
     def _report(self, exc: Exception) -> None:

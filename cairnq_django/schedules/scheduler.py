@@ -93,8 +93,10 @@ class Scheduler:
         if not self.schedules:
             return
         logger.info(
-            "Scheduler starting on database %r with %d schedule(s): %s.",
-            self.using, len(self.schedules), ", ".join(s.name for s in self.schedules),
+            "Scheduler starting on database %r with %d %s: %s.",
+            self.using, len(self.schedules),
+            "schedule" if len(self.schedules) == 1 else "schedules",
+            ", ".join(s.name for s in self.schedules),
         )
         retry_ms = _RETRY_FIRST_MS
         while not self._stopping.is_set():

@@ -21,6 +21,12 @@ from django.db.models.expressions import CombinedExpression, Expression
 from ..fields import EpochMillisField
 from ..ids import now_ms
 
+# What as_sql() and its vendor variants return here: SQL and a list of
+# parameters that may be Slots. django-stubs 6 declares a tuple of str | int
+# (Django 6's own expressions build tuples); Django's compilers, 5.2 to 6.1,
+# take any sequence of adaptable values.
+SqlAndParams = tuple[str, Any]
+
 # True while statements.py compiles a statement to cache it: Params and the
 # SQLite clock then become slots, filled in each time the statement runs.
 compiling_template: ContextVar[bool] = ContextVar("cairnq_compiling_template", default=False)
@@ -49,7 +55,7 @@ class Param(Expression):
         super().__init__(output_field=output_field)
         self.slot = Slot(name, row)
 
-    def as_sql(self, compiler, connection) -> tuple[str, list[Any]]:
+    def as_sql(self, compiler, connection) -> SqlAndParams:
         if not compiling_template.get():
             raise RuntimeError(f"Param {self.slot.name!r} outside a cached statement.")
         return "%s", [self.slot]
@@ -64,7 +70,7 @@ class JsonParam(Param):
     def __init__(self, name: str, row: int | None = None) -> None:
         super().__init__(name, models.JSONField(null=True), row)
 
-    def as_postgresql(self, compiler, connection) -> tuple[str, list[Any]]:
+    def as_postgresql(self, compiler, connection) -> SqlAndParams:
         sql, params = self.as_sql(compiler, connection)
         return f"{sql}::jsonb", params
 
@@ -91,11 +97,11 @@ class NowMs(Expression):
 
     output_field = EpochMillisField()
 
-    def as_sql(self, compiler, connection) -> tuple[str, list[Any]]:
+    def as_sql(self, compiler, connection) -> SqlAndParams:
         # SQLite: the process clock, bound like any other value.
         return "%s", [NOW_SLOT if compiling_template.get() else now_ms()]
 
-    def as_postgresql(self, compiler, connection) -> tuple[str, list[Any]]:
+    def as_postgresql(self, compiler, connection) -> SqlAndParams:
         # statement_timestamp() is the database clock and stable within a
         # statement, so every use in one statement (a row's created_at and
         # updated_at, a claim's bound and its new lease) reads the same value
@@ -131,7 +137,7 @@ class LiteralIn(Lookup):
                 raise ValueError(f"LiteralIn takes identifiers only, not {value!r}.")
         super().__init__(models.F(column), tuple(values))
 
-    def as_sql(self, compiler, connection) -> tuple[str, list[Any]]:
+    def as_sql(self, compiler, connection) -> SqlAndParams:
         column, params = self.process_lhs(compiler, connection)
         if len(self.rhs) == 1:
             # "=": SQLite proves a partial index's `status = 'running'` from
@@ -154,9 +160,9 @@ class RawText(Expression):
     def set_source_expressions(self, exprs: Sequence[Any]) -> None:
         (self.column,) = exprs
 
-    def as_sql(self, compiler, connection) -> tuple[str, list[Any]]:
+    def as_sql(self, compiler, connection) -> SqlAndParams:
         return compiler.compile(self.column)
 
-    def as_sqlite(self, compiler, connection) -> tuple[str, list[Any]]:
+    def as_sqlite(self, compiler, connection) -> SqlAndParams:
         sql, params = compiler.compile(self.column)
         return f"CAST({sql} AS BLOB)", params

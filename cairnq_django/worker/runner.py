@@ -103,10 +103,8 @@ class Worker:
         # Enqueue the occurrences of CAIRNQ['SCHEDULE'] (not in burst mode).
         self.run_scheduler = options.scheduler and not options.burst
         self.handlers = select_handlers(self.registry.handlers, options.names)
-        from ..backends.worker import backend_queues
-
         self.queues = served_queues(
-            options.queues, cairnq_settings.QUEUES, self.handlers, backend_queues()
+            options.queues, cairnq_settings.QUEUES, self.handlers, _framework_backend_queues()
         )
         self.worker_id = f"worker_{ulid()}"
         self._rotation = Rotation(build_sources(self.handlers))
@@ -526,3 +524,18 @@ class _EventWait(Wakeup):
 def _close_connection(using: str) -> None:
     with suppress(Exception):
         connections[using].close()
+
+
+def _framework_backend_queues() -> list[str]:
+    """The QUEUES of settings.TASKS' CairnQ backends; none without the Tasks framework.
+
+    cairnq_django.backends cannot be imported on Django 5.2 without the
+    django-tasks backport, and a worker for plain handlers needs neither.
+    """
+    from .. import compat
+
+    if not compat.AVAILABLE:
+        return []
+    from ..backends.worker import backend_queues
+
+    return backend_queues()

@@ -201,5 +201,5 @@ class Command(BaseCommand):
             line = f"{verb} {result.deleted:,} {result.description}"
             self.stdout.write(line + (f" ({', '.join(notes)})." if notes else "."))
         if len(results) > 1 and (total or not quiet_if_empty or self.verbosity >= 2):
-            self.stdout.write(f"{verb} {total:,} tasks in all.")
+            self.stdout.write(f"{verb} {total:,} {'task' if total == 1 else 'tasks'} in all.")
         self.stdout.flush()
