@@ -9,7 +9,7 @@ payload: which argument, and what to pass instead.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from .. import compat, jsoncodec
 
@@ -18,7 +18,11 @@ def json_arguments(task: Any, args: Any, kwargs: Any) -> tuple[list[Any], dict[s
     """(args, kwargs) normalized to JSON the framework's way; raise naming a bad argument."""
     args, kwargs = list(args), dict(kwargs)
     try:
-        return compat.normalize_json(args), compat.normalize_json(kwargs)
+        # normalize_json keeps a list a list and a dict a dict; the stubs type it wider.
+        return (
+            cast("list[Any]", compat.normalize_json(args)),
+            cast("dict[str, Any]", compat.normalize_json(kwargs)),
+        )
     except (TypeError, ValueError) as exc:
         problem = arguments_problem(task, args, kwargs)
         raise type(exc)(problem or str(exc)) from exc
