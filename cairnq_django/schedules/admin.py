@@ -19,6 +19,7 @@ from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, reverse
 from django.utils.translation import gettext as _
 
+from ..admin.guarded import GuardedAdmin, refuse_nul
 from ..admin.permissions import require_view_permission
 from ..conf import cairnq_settings
 from . import state
@@ -41,7 +42,7 @@ def _when(moment: datetime | None) -> str:
 
 
 @admin.register(ScheduleState)
-class ScheduleAdmin(admin.ModelAdmin):
+class ScheduleAdmin(GuardedAdmin):
     """One page, not a model list: the state table alone does not say what is scheduled."""
 
     def has_add_permission(self, request: HttpRequest) -> bool:
@@ -68,6 +69,7 @@ class ScheduleAdmin(admin.ModelAdmin):
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
         require_view_permission(self, request)
+        refuse_nul(request)
         if request.method == "POST":
             return self._act(request)
         if request.method not in ("GET", "HEAD"):
