@@ -33,7 +33,7 @@ from ..store.admin_reads import newest_first_ordering
 from ..store.dialects import RAW_TEXT_COLUMNS
 from .actions import ACTIONS
 from .changelist import BoundedCountPaginator, TaskChangeList
-from .display import human_duration, ms_to_datetime
+from .display import human_duration, ms_to_datetime, progress_html
 from .filters import NameFilter, QueueFilter
 from .task_fields import TaskPageAdmin
 from .views import task_page
@@ -215,15 +215,9 @@ class TaskAdmin(TaskPageAdmin):
 
     @admin.display(description=_("progress"))
     def progress_bar(self, task: Task) -> str:
-        if task.status != "running" or task.progress is None:
+        if task.status != "running":
             return "-"
-        percent = round(task.progress * 100)
-        return format_html(
-            '<span class="cq-nowrap"><progress class="cq-progress" max="100" value="{}">'
-            "</progress> {}%</span>",
-            percent,
-            percent,
-        )
+        return progress_html(task.progress)
 
     @admin.display(description=_("key"))
     def key(self, task: Task) -> str:

@@ -21,7 +21,7 @@ from django.utils.translation import gettext as _
 from ...models import Task
 from ...observability.overview import Overview, overview
 from ...records import STATUSES, TERMINAL_STATUSES
-from ..display import human_duration
+from ..display import human_duration, progress_percent, valid_progress
 from ..permissions import require_view_permission
 from . import TaskAdminView
 
@@ -201,7 +201,8 @@ def _worker_rows(model_admin: TaskAdmin, view: Overview) -> list[dict[str, Any]]
                     "url": reverse(
                         f"admin:{opts.app_label}_{opts.model_name}_change", args=[t.id]
                     ),
-                    "percent": None if t.progress is None else round(t.progress * 100),
+                    "percent": progress_percent(t.progress),
+                    "progress_invalid": t.progress is not None and valid_progress(t.progress) is None,
                 }
                 for t in w.running
             ],
