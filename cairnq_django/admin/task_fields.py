@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, cast
 
 from django.contrib import admin
+from django.contrib.admin.utils import quote
 from django.core.exceptions import ValidationError
 from django.db.models import Field, QuerySet
 from django.http import HttpRequest
@@ -50,7 +51,7 @@ class TaskPageAdmin(GuardedAdmin):
         if not task_id:
             return "-"
         opts = self.opts
-        url = reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[task_id])
+        url = reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[quote(task_id)])
         return format_html('<a href="{}">{}</a>', url, task_id)
 
     # ------------------------------------------------------- raw free text

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from django.contrib import admin, messages
+from django.contrib.admin.utils import quote
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.template.response import TemplateResponse
@@ -93,7 +94,9 @@ class ScheduleAdmin(GuardedAdmin):
         last_url = None
         if row is not None and row.last_task_id:
             try:
-                last_url = reverse("admin:cairnq_django_task_change", args=[row.last_task_id])
+                last_url = reverse(
+                    "admin:cairnq_django_task_change", args=[quote(row.last_task_id)]
+                )
             except NoReverseMatch:
                 pass
         return {

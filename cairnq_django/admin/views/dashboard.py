@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from django.contrib.admin.utils import quote
 from django.db.models import Count, F, Value
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
@@ -199,7 +200,7 @@ def _worker_rows(model_admin: TaskAdmin, view: Overview) -> list[dict[str, Any]]
                 {
                     "id": t.id, "name": t.name,
                     "url": reverse(
-                        f"admin:{opts.app_label}_{opts.model_name}_change", args=[t.id]
+                        f"admin:{opts.app_label}_{opts.model_name}_change", args=[quote(t.id)]
                     ),
                     "percent": progress_percent(t.progress),
                     "progress_invalid": t.progress is not None and valid_progress(t.progress) is None,

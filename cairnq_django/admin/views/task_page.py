@@ -1,9 +1,9 @@
 """The task page's Cancel and Retry buttons and its live progress.
 
 The buttons post to small views that check the same permissions as the
-list's actions and go through the store, as the actions do. A running task's
-page polls the progress view (a few lines of static JavaScript) and reloads
-once the task leaves `running`.
+list's actions (and view, as the task page itself does) and go through the
+store, as the actions do. A running task's page polls the progress view (a
+few lines of static JavaScript) and reloads once the task leaves `running`.
 """
 
 from __future__ import annotations
@@ -86,6 +86,9 @@ class CancelView(_TaskView):
 
     def post(self, request: HttpRequest, object_id: str) -> HttpResponseRedirect:
         object_id = unquote(object_id)
+        # View first, as every page of a task checks: without it a user could
+        # act on ids they cannot see, and tell real ids from made-up ones by the answer.
+        require_view_permission(self.model_admin, request)
         if not self.model_admin.has_cancel_permission(request):
             raise PermissionDenied
         _task_values(self.model_admin, object_id, "id")
@@ -109,6 +112,9 @@ class RetryView(_TaskView):
 
     def post(self, request: HttpRequest, object_id: str) -> HttpResponseRedirect:
         object_id = unquote(object_id)
+        # View first, as every page of a task checks: without it a user could
+        # act on ids they cannot see, and tell real ids from made-up ones by the answer.
+        require_view_permission(self.model_admin, request)
         if not self.model_admin.has_retry_permission(request):
             raise PermissionDenied
         _task_values(self.model_admin, object_id, "id")
