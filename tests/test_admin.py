@@ -6,6 +6,7 @@ import re
 
 import pytest
 from django.contrib.admin.models import CHANGE, DELETION, LogEntry
+from django.contrib.admin.utils import quote
 from django.contrib.auth.models import Permission, User
 from django.contrib.messages import get_messages
 from django.db import connection
@@ -24,7 +25,7 @@ STATS = "/admin/cairnq_django/task/stats/"
 
 
 def detail_url(task_id: str) -> str:
-    return reverse("admin:cairnq_django_task_change", args=[task_id])
+    return reverse("admin:cairnq_django_task_change", args=[quote(task_id)])
 
 
 def status_of(store, task_id: str) -> str | None:

@@ -77,6 +77,15 @@ def test_dashboard_and_task_page_follow_a_running_task(browser, live_server, wor
     assert page.eval_on_selector(".field-progress_bar progress", "bar => bar.value") == 50
     page.screenshot(path=str(ARTIFACTS / "admin-task-page.png"), full_page=True)
 
+    # A progress no percent can show (another SDK's Infinity): the panel says so.
+    Task.objects.filter(pk=task.id).update(progress=float("inf"), message="odd progress")
+    page.wait_for_function(
+        "() => document.querySelector('#cq-live .cq-live-message').textContent"
+        " === 'odd progress'"
+    )
+    assert page.inner_text("#cq-live .cq-live-percent") == "invalid"
+    assert page.inner_text(".field-progress_bar .readonly").strip() == "invalid"
+
     # Cancel: the worker notices at its next heartbeat, and the page reloads.
     with page.expect_navigation():
         page.click("button.cq-cancel")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from django.contrib.admin.models import LogEntry
+from django.contrib.admin.utils import quote
 from django.contrib.auth.models import Permission, User
 from django.contrib.messages import get_messages
 from django.test import override_settings
@@ -68,7 +69,7 @@ def test_run_now_enqueues_and_the_last_run_links_to_its_task(admin_client):
     ]
     assert (task.queue, task.metadata["trigger"]) == ("reports", "manual")
     page = response.content.decode()
-    link = reverse("admin:cairnq_django_task_change", args=[task.id])
+    link = reverse("admin:cairnq_django_task_change", args=[quote(task.id)])
     assert f'<a href="{link}">{task.id}</a>' in page
     assert "cq-status-queued" in page
     entry = LogEntry.objects.get()

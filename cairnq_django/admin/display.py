@@ -7,6 +7,7 @@ come from foreign writers, so nothing here trusts them to be UTF-8 or JSON.
 from __future__ import annotations
 
 import json
+import math
 import re
 from datetime import UTC, datetime
 
@@ -103,6 +104,43 @@ def human_duration(ms: int | None) -> str:
         return f"{hours} h {minutes} min"
     days, hours = divmod(hours, 24)
     return f"{days} d {hours} h"
+
+
+def valid_progress(progress: float | None) -> float | None:
+    """The progress if it is a number from 0 to 1, else None.
+
+    The store writes only such numbers, but another SDK or a direct write can
+    leave NaN, ±Infinity or any other float in the column, and none of those
+    is a percent (nor, for NaN and Infinity, JSON).
+    """
+    if progress is None or not math.isfinite(progress) or not 0.0 <= progress <= 1.0:
+        return None
+    return progress
+
+
+def progress_percent(progress: float | None) -> int | None:
+    """The progress as a whole percent, or None when there is none or it is invalid."""
+    fraction = valid_progress(progress)
+    return None if fraction is None else round(fraction * 100)
+
+
+def progress_html(progress: float | None) -> str:
+    """A progress bar with its percent, "-" for none, or "invalid" for a value no percent shows."""
+    if progress is None:
+        return "-"
+    percent = progress_percent(progress)
+    if percent is None:
+        return format_html(
+            '<span class="cq-progress-invalid" title="{}">{}</span>',
+            _("The stored progress is not a number from 0 to 1."),
+            _("invalid"),
+        )
+    return format_html(
+        '<span class="cq-nowrap"><progress class="cq-progress" max="100" value="{}">'
+        "</progress> {}%</span>",
+        percent,
+        percent,
+    )
 
 
 def decode_raw(raw: object) -> tuple[str | None, str | None]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any, cast
 
 from django.contrib import admin
+from django.contrib.admin.utils import quote
 from django.core.exceptions import ValidationError
 from django.db.models import Field, QuerySet
 from django.http import HttpRequest
@@ -24,6 +25,7 @@ from ..models import Task, TaskKey
 from ..store.admin_reads import raw_column
 from ..store.dialects import RAW_TEXT_COLUMNS
 from .display import decode_raw, error_block, format_time, json_block
+from .guarded import GuardedAdmin, acceptable_id
 from .views.workers import worker_link
 
 CHILDREN_SHOWN = 20
@@ -33,7 +35,7 @@ def _raw_attr(column: str) -> str:
     return f"cq_raw_{column}"
 
 
-class TaskPageAdmin(admin.ModelAdmin):
+class TaskPageAdmin(GuardedAdmin):
     """The part of TaskAdmin that shows one task: its fields, read without trusting the row."""
 
     @property
@@ -49,7 +51,7 @@ class TaskPageAdmin(admin.ModelAdmin):
         if not task_id:
             return "-"
         opts = self.opts
-        url = reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[task_id])
+        url = reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[quote(task_id)])
         return format_html('<a href="{}">{}</a>', url, task_id)
 
     # ------------------------------------------------------- raw free text
@@ -62,8 +64,7 @@ class TaskPageAdmin(admin.ModelAdmin):
         self, request: HttpRequest, object_id: str, from_field: str | None = None
     ) -> Task | None:
         """The task with its free-text columns read raw; None for an id no task can have."""
-        if "\x00" in object_id:
-            # PostgreSQL refuses NUL in any text it is asked to compare.
+        if not acceptable_id(object_id):
             return None
         field = cast(
             "Field[Any, Any]",

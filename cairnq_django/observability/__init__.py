@@ -7,3 +7,7 @@ commands, the health check, the metrics and the admin dashboard share),
 `tracing` (OpenTelemetry, optional). Metrics and tracing are receivers of
 cairnq_django.signals; nothing here is woven through the worker.
 """
+
+# Where `cairnq_worker --metrics-port` listens unless --metrics-addr says
+# otherwise: prometheus_client's server has no authentication, so this host only.
+DEFAULT_METRICS_ADDR = "127.0.0.1"

@@ -34,6 +34,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 from .. import signals
 from ..records import STATUSES, TERMINAL_STATUSES
+from . import DEFAULT_METRICS_ADDR
 from .overview import overview
 
 logger = logging.getLogger("cairnq_django.worker")
@@ -171,8 +172,12 @@ def disconnect_worker_metrics() -> None:
         signal.disconnect(receiver, dispatch_uid=f"cairnq-metrics-{receiver.__name__}")
 
 
-def serve_worker_metrics(port: int, addr: str = "0.0.0.0") -> int:  # noqa: S104 - scraped from elsewhere
-    """Count this worker's tasks and serve them on http://addr:port/metrics; return the port."""
+def serve_worker_metrics(port: int, addr: str = DEFAULT_METRICS_ADDR) -> int:
+    """Count this worker's tasks and serve them on http://addr:port/metrics; return the port.
+
+    prometheus_client's server has no authentication and answers on every
+    path, so it listens on the loopback unless the caller widens `addr`.
+    """
     connect_worker_metrics()
     started = start_http_server(port, addr=addr)
     server = started[0] if isinstance(started, tuple) else None

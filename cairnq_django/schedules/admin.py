@@ -13,12 +13,14 @@ from datetime import datetime
 from typing import Any
 
 from django.contrib import admin, messages
+from django.contrib.admin.utils import quote
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, reverse
 from django.utils.translation import gettext as _
 
+from ..admin.guarded import GuardedAdmin, refuse_nul
 from ..admin.permissions import require_view_permission
 from ..conf import cairnq_settings
 from . import state
@@ -41,7 +43,7 @@ def _when(moment: datetime | None) -> str:
 
 
 @admin.register(ScheduleState)
-class ScheduleAdmin(admin.ModelAdmin):
+class ScheduleAdmin(GuardedAdmin):
     """One page, not a model list: the state table alone does not say what is scheduled."""
 
     def has_add_permission(self, request: HttpRequest) -> bool:
@@ -68,6 +70,7 @@ class ScheduleAdmin(admin.ModelAdmin):
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
         require_view_permission(self, request)
+        refuse_nul(request)
         if request.method == "POST":
             return self._act(request)
         if request.method not in ("GET", "HEAD"):
@@ -91,7 +94,9 @@ class ScheduleAdmin(admin.ModelAdmin):
         last_url = None
         if row is not None and row.last_task_id:
             try:
-                last_url = reverse("admin:cairnq_django_task_change", args=[row.last_task_id])
+                last_url = reverse(
+                    "admin:cairnq_django_task_change", args=[quote(row.last_task_id)]
+                )
             except NoReverseMatch:
                 pass
         return {

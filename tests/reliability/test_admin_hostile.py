@@ -1,4 +1,4 @@
-"""The task admin against rows Python cannot decode and URLs nobody should send (issue 9).
+"""The admin against rows Python cannot decode and URLs nobody should send (issues 9, 21).
 
 Two kinds of hostility:
 
@@ -7,20 +7,30 @@ Two kinds of hostility:
   that is not UTF-8 on SQLite, which Python's sqlite3 cannot even fetch). The
   admin must list such a task and show its raw text, never answer 500.
 - hostile requests: NUL bytes, huge values, unknown lookups, bad ordering and
-  paging, odd ids, on every URL the task admin registers. Anything may be a
-  400, a 403, a 404 or a redirect; nothing may be a 500.
+  paging, odd ids, on every URL this app registers with the admin site (the
+  tasks, workers and schedules admin and their own pages, found by walking the
+  site's URL patterns: see admin_corpus.py). Anything may be a 400, a 403, a
+  404 or a redirect; nothing may be a 500, and a JSON answer must be JSON.
 """
 
 from __future__ import annotations
 
 import pytest
-from django.contrib import admin
-from django.db import connection, transaction
+from django.db import connection
 from django.urls import reverse
 
-from cairnq_django.models import Task
+from cairnq_django.models import Task, WorkerRecord
+from cairnq_django.observability.overview import database_now_ms
+from cairnq_django.schedules.models import ScheduleState
 
 from ..storeutil import make
+from .admin_corpus import (
+    admin_routes,
+    assert_no_500,
+    request_status,
+    stored_ids,
+    unfillable_routes,
+)
 
 CHANGELIST = "/admin/cairnq_django/task/"
 
@@ -275,6 +285,10 @@ HOSTILE_QUERIES = [
     "q=%27%20OR%201%3D1%20--", "name=%27%3B%20DROP%20TABLE%20cairnq_tasks%3B--",
     "q=%3Cscript%3Ealert(1)%3C%2Fscript%3E",
     "_changelist_filters=name%3D%2500", "_changelist_filters=" + HUGE,
+    # The workers and schedules columns (issue 21).
+    "host__regex=[]", "queues__contains=x", "host=%00", "id__regex=(a%2B)%2B%24", "host=" + HUGE,
+    "pid__gt=abc", "last_seen_ms__gte=1", "queues__0=x", "paused__exact=1", "cursor_ms=1",
+    "schedule=%00", "action=run",
     "&".join(f"f{i}=1" for i in range(1100)),
 ]
 
@@ -285,67 +299,64 @@ HOSTILE_IDS = [
     "-1", "task_" + "0" * 26, "%27%20OR%201%3D1%20--", "%3Cscript%3E", "a%3Fb%3Dc", "a%23b",
 ]
 
-OBJECT_SUFFIXES = ["", "change/", "history/", "delete/", "cancel/", "retry/", "progress/"]
-
-
-def registered_urls() -> tuple[list[str], list[str]]:
-    """The task admin's URLs: those without an object id, and the suffixes of those with one."""
-    model_admin = admin.site._registry[Task]
-    plain, per_object = [], []
-    for pattern in model_admin.get_urls():
-        route = str(pattern.pattern)
-        if "<path:object_id>" in route:
-            per_object.append(route.split("<path:object_id>/", 1)[1])
-        else:
-            plain.append(CHANGELIST + route)
-    return plain, per_object
-
-
-def request_status(client, method: str, url: str, data=None) -> int | str:
-    """The response's status code, or the exception a view raised (as text)."""
-    try:
-        # A savepoint, so a failed statement on PostgreSQL does not abort the test's transaction.
-        with transaction.atomic():
-            if method == "get":
-                response = client.get(url)
-            else:
-                response = client.post(url, data or {})
-    except Exception as exc:  # noqa: BLE001 - a raised exception is the 500 being tested for
-        return f"{type(exc).__name__}: {str(exc)[:200]}"
-    return response.status_code
-
-
 @pytest.fixture
 def corpus_tasks(store):
-    """A queued, a running, a failed and a finished task, two of them poisoned."""
+    """A queued, a running, a failed and a finished task, two of them poisoned; the running
+    one held by a live worker (so the dashboard lists it), and a schedule's state row."""
     queued = store.submit("job", key="k1", correlation_id="c1")
     running = make(store, "running")
     failed = make(store, "failed", max_attempts=1)
     done = make(store, "succeeded")
     poison(queued.id)
     poison(done.id, "result")
+    add_worker("w1")
+    add_schedule_state("nightly", last_task_id=done.id)
     return [queued.id, running.id, failed.id, done.id]
 
 
-def assert_no_500(results):
-    failures = [(where, status) for where, status in results if not isinstance(status, int)
-                or status >= 500]
-    assert failures == [], "\n".join(f"{where[:160]!r}: {status}" for where, status in failures)
-
-
-def test_the_registered_urls_are_the_ones_tested():
-    plain, per_object = registered_urls()
-    assert sorted(plain) == sorted(
-        [CHANGELIST, CHANGELIST + "add/", CHANGELIST + "stats/", CHANGELIST + "dashboard/"]
+def add_worker(worker_id: str) -> WorkerRecord:
+    now = database_now_ms("default")
+    return WorkerRecord.objects.create(
+        id=worker_id, host="web-1", pid=321, queues=["default"], concurrency=8, version="0.1.0",
+        started_at_ms=now - 3_600_000, last_seen_ms=now, interval_ms=10_000,
     )
-    assert sorted(per_object) == sorted(OBJECT_SUFFIXES)
+
+
+def add_schedule_state(name: str, last_task_id: str | None = None) -> ScheduleState:
+    now = database_now_ms("default")
+    return ScheduleState.objects.create(
+        name=name, cursor_ms=now, last_task_id=last_task_id,
+        last_enqueued_at_ms=now if last_task_id else None, created_at_ms=now, updated_at_ms=now,
+    )
+
+
+def test_every_route_is_fillable():
+    """A route the corpus cannot fill in would go untested: teach admin_corpus its shape."""
+    assert unfillable_routes() == []
+
+
+def test_the_corpus_reaches_every_page_of_the_app():
+    """The walk finds the pages known today (a page added later joins without being listed)."""
+    found = {route.path for route in admin_routes()}
+    for model in ("task", "workerrecord", "schedulestate"):
+        for suffix in ("", "add/", "{id}/", "{id}/change/", "{id}/history/", "{id}/delete/"):
+            assert f"cairnq_django/{model}/{suffix}" in found
+    for page in ("stats/", "dashboard/", "{id}/cancel/", "{id}/retry/", "{id}/progress/"):
+        assert f"cairnq_django/task/{page}" in found
+    assert {"", "cairnq_django/"} <= found
+
+
+def first_ids() -> dict[type, str]:
+    """One stored row's id (quoted for a URL) per model admin, for the query-string corpus."""
+    return {route.model: ids[0] for route in admin_routes()
+            if route.model is not None and (ids := stored_ids(route.model))}
 
 
 def test_hostile_query_strings_on_every_url(admin_client, corpus_tasks):
-    plain, per_object = registered_urls()
-    urls = plain + [f"{CHANGELIST}{corpus_tasks[0]}/{suffix}" for suffix in per_object]
+    ids = first_ids()
     results = []
-    for url in urls:
+    for route in admin_routes():
+        url = route.url(ids[route.model]) if route.per_object else route.url()
         for query in HOSTILE_QUERIES:
             target = f"{url}?{query}"
             results.append((target, request_status(admin_client, "get", target)))
@@ -353,13 +364,14 @@ def test_hostile_query_strings_on_every_url(admin_client, corpus_tasks):
 
 
 def test_hostile_ids_on_every_object_url(admin_client, corpus_tasks):
-    _, per_object = registered_urls()
     results = []
-    for task_id in HOSTILE_IDS + corpus_tasks:
-        for suffix in per_object:
-            url = f"{CHANGELIST}{task_id}/{suffix}"
+    for route in admin_routes():
+        if not route.per_object:
+            continue
+        for object_id in HOSTILE_IDS + stored_ids(route.model):
+            url = route.url(object_id)
             results.append((url, request_status(admin_client, "get", url)))
-            if suffix:
+            if not route.path.endswith("{id}/"):
                 results.append(("POST " + url, request_status(admin_client, "post", url,
                                                               {"post": "yes", "name": "x"})))
     assert_no_500(results)

@@ -10,6 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from django.contrib.admin.utils import quote
 from django.db.models import Count, F, Value
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
@@ -21,7 +22,7 @@ from django.utils.translation import gettext as _
 from ...models import Task
 from ...observability.overview import Overview, overview
 from ...records import STATUSES, TERMINAL_STATUSES
-from ..display import human_duration
+from ..display import human_duration, progress_percent, valid_progress
 from ..permissions import require_view_permission
 from . import TaskAdminView
 
@@ -199,9 +200,10 @@ def _worker_rows(model_admin: TaskAdmin, view: Overview) -> list[dict[str, Any]]
                 {
                     "id": t.id, "name": t.name,
                     "url": reverse(
-                        f"admin:{opts.app_label}_{opts.model_name}_change", args=[t.id]
+                        f"admin:{opts.app_label}_{opts.model_name}_change", args=[quote(t.id)]
                     ),
-                    "percent": None if t.progress is None else round(t.progress * 100),
+                    "percent": progress_percent(t.progress),
+                    "progress_invalid": t.progress is not None and valid_progress(t.progress) is None,
                 }
                 for t in w.running
             ],

@@ -1,9 +1,9 @@
 """The task page's Cancel and Retry buttons and its live progress.
 
 The buttons post to small views that check the same permissions as the
-list's actions and go through the store, as the actions do. A running task's
-page polls the progress view (a few lines of static JavaScript) and reloads
-once the task leaves `running`.
+list's actions (and view, as the task page itself does) and go through the
+store, as the actions do. A running task's page polls the progress view (a
+few lines of static JavaScript) and reloads once the task leaves `running`.
 """
 
 from __future__ import annotations
@@ -23,6 +23,8 @@ from ...records import LIVE_STATUSES
 from ...store import get_store
 from ...store.admin_reads import task_message
 from ..actions import RETRYABLE_STATUSES
+from ..display import progress_percent, valid_progress
+from ..guarded import acceptable_id
 from ..permissions import require_view_permission
 from . import TaskAdminView
 
@@ -34,8 +36,8 @@ PROGRESS_POLL_MS = 1000
 
 def _task_values(model_admin: TaskAdmin, object_id: str, *fields: str) -> dict[str, Any]:
     """The task's `fields`, or 404; `object_id` is already unquoted."""
-    if "\x00" in object_id:
-        raise Http404  # PostgreSQL refuses NUL in any text it compares
+    if not acceptable_id(object_id):
+        raise Http404
     row = Task.objects.using(model_admin.using).filter(pk=object_id).values(*fields).first()
     if row is None:
         raise Http404
@@ -55,7 +57,8 @@ def controls(model_admin: TaskAdmin, request: HttpRequest, task: Task) -> dict[s
         "cq_can_cancel": can_cancel,
         "cq_can_retry": can_retry,
         "cq_live": live,
-        "cq_percent": None if task.progress is None else round(task.progress * 100),
+        "cq_percent": progress_percent(task.progress),
+        "cq_progress_invalid": task.progress is not None and valid_progress(task.progress) is None,
         "cq_message": task_message(model_admin.using, task.pk) if live else None,
         "cq_poll_ms": PROGRESS_POLL_MS,
     }
@@ -83,6 +86,9 @@ class CancelView(_TaskView):
 
     def post(self, request: HttpRequest, object_id: str) -> HttpResponseRedirect:
         object_id = unquote(object_id)
+        # View first, as every page of a task checks: without it a user could
+        # act on ids they cannot see, and tell real ids from made-up ones by the answer.
+        require_view_permission(self.model_admin, request)
         if not self.model_admin.has_cancel_permission(request):
             raise PermissionDenied
         _task_values(self.model_admin, object_id, "id")
@@ -106,6 +112,9 @@ class RetryView(_TaskView):
 
     def post(self, request: HttpRequest, object_id: str) -> HttpResponseRedirect:
         object_id = unquote(object_id)
+        # View first, as every page of a task checks: without it a user could
+        # act on ids they cannot see, and tell real ids from made-up ones by the answer.
+        require_view_permission(self.model_admin, request)
         if not self.model_admin.has_retry_permission(request):
             raise PermissionDenied
         _task_values(self.model_admin, object_id, "id")
@@ -133,12 +142,18 @@ class ProgressView(_TaskView):
         row = _task_values(
             self.model_admin, object_id, "status", "progress", "cancel_requested_at_ms"
         )
-        return JsonResponse({
-            "status": row["status"],
-            "progress": row["progress"],
-            "message": task_message(self.model_admin.using, object_id),
-            "cancel_requested": row["cancel_requested_at_ms"] is not None,
-        })
+        progress = valid_progress(row["progress"])
+        return JsonResponse(
+            {
+                "status": row["status"],
+                # NaN and Infinity are not JSON: the panel's JSON.parse would refuse the answer.
+                "progress": progress,
+                "progress_invalid": row["progress"] is not None and progress is None,
+                "message": task_message(self.model_admin.using, object_id),
+                "cancel_requested": row["cancel_requested_at_ms"] is not None,
+            },
+            json_dumps_params={"allow_nan": False},
+        )
 
 
 def urls(model_admin: TaskAdmin) -> list[URLPattern]:

@@ -14,6 +14,7 @@ from ...conf import cairnq_settings
 from ...models import Task, WorkerRecord
 from ...observability.overview import database_now_ms
 from ..display import format_time, human_duration
+from ..guarded import GuardedAdmin
 
 RUNNING_SHOWN = 50
 
@@ -30,8 +31,11 @@ def worker_link(worker_id: str | None) -> str:
 
 
 @admin.register(WorkerRecord)
-class WorkerAdmin(admin.ModelAdmin):
-    """The workers table: each worker's row with its liveness, read-only."""
+class WorkerAdmin(GuardedAdmin):
+    """The workers table: each worker's row with its liveness, read-only.
+
+    It offers no filter, so the query string may carry no lookup (see GuardedAdmin).
+    """
 
     list_display = (
         "id", "host", "pid", "queue_list", "concurrency", "state", "last_seen", "started",

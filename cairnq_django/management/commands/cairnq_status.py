@@ -8,6 +8,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db.utils import Error as DatabaseError
 
 from cairnq_django.admin.display import human_duration as format_duration
+from cairnq_django.admin.display import progress_percent, valid_progress
 from cairnq_django.conf import cairnq_settings
 from cairnq_django.observability.overview import Overview, overview
 from cairnq_django.records import STATUSES
@@ -40,7 +41,11 @@ def as_text(view: Overview) -> str:
         lines.extend(_table(header, rows))
         for w in view.workers:
             for task in w.running:
-                progress = "" if task.progress is None else f" {task.progress:.0%}"
+                percent = progress_percent(task.progress)
+                progress = (
+                    "" if task.progress is None
+                    else " (invalid progress)" if percent is None else f" {percent}%"
+                )
                 lines.append(f"  {w.record.id} runs {task.name} {task.id}{progress}")
     lines.append("")
     lines.append(f"Queues: {len(view.queues)}")
@@ -66,7 +71,9 @@ def as_json(view: Overview) -> str:
                 "last_seen_ms": w.record.last_seen_ms, "live": w.live,
                 "tasks_done": w.record.tasks_done,
                 "running": [
-                    {"id": t.id, "name": t.name, "queue": t.queue, "progress": t.progress}
+                    {"id": t.id, "name": t.name, "queue": t.queue,
+                     # NaN or Infinity from a foreign writer would not be JSON.
+                     "progress": valid_progress(t.progress)}
                     for t in w.running
                 ],
             }

@@ -13,6 +13,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
 
 from ...conf import cairnq_settings
+from ...observability import DEFAULT_METRICS_ADDR
 from ...validators import cli_database, cli_integer
 
 if TYPE_CHECKING:
@@ -94,12 +95,18 @@ class Command(BaseCommand):
             "--metrics-port", type=cli_integer(0), metavar="PORT",
             help="Serve this worker's Prometheus counters and histograms on "
             "http://ADDR:PORT/metrics (needs prometheus_client; 0 picks a free port, "
-            "logged at start). Give each worker on a host its own port.",
+            "logged at start). Give each worker on a host its own port. The server has no "
+            "authentication and answers on every path, showing task and queue names, "
+            "counters and process memory; keep it on a private network.",
         )
         parser.add_argument(
-            # All interfaces by default: Prometheus scrapes from another host.
-            "--metrics-addr", default="0.0.0.0", metavar="ADDR",  # noqa: S104
-            help="Address the --metrics-port server listens on. Default: 0.0.0.0.",
+            # The loopback by default: the server has no authentication, so
+            # reaching it from elsewhere is a choice made by --metrics-addr.
+            "--metrics-addr", default=DEFAULT_METRICS_ADDR, metavar="ADDR",
+            help="Address the --metrics-port server listens on. Default: "
+            f"{DEFAULT_METRICS_ADDR} (this host only); 0.0.0.0 or :: for every interface, "
+            "so that Prometheus on another host can scrape it (behind a firewall: there is "
+            "no authentication).",
         )
         parser.add_argument(
             "--reload", action=argparse.BooleanOptionalAction, default=None,

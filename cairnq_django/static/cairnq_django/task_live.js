@@ -31,6 +31,12 @@
                             fieldBar.nextSibling.textContent = " " + value + "%";
                         }
                     }
+                } else if (task.progress_invalid) {
+                    // Not a number from 0 to 1 (NaN, Infinity...): say so, as the page does.
+                    percent.textContent = panel.dataset.invalid;
+                    if (fieldBar && fieldBar.nextSibling) {
+                        fieldBar.nextSibling.textContent = " " + panel.dataset.invalid;
+                    }
                 }
                 message.textContent = task.message === null ? "" : task.message;
                 if (fieldMessage) {

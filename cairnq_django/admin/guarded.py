@@ -1,0 +1,75 @@
+"""What every CairnQ model admin refuses before it reaches the database.
+
+The query string and the object id in a URL are the visitor's, so each admin
+accepts only the lookups it offers (a list filter's parameter, a column the
+admin links to), never NUL (PostgreSQL refuses it in any text it compares, and
+no CairnQ column holds one), and no search term longer than a real one. What
+is refused is a 400 (a 404, or the admin's "doesn't exist", for an id), never
+a database error.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin
+from django.contrib.admin.views.main import SEARCH_VAR
+from django.core.exceptions import BadRequest, PermissionDenied
+from django.http import HttpRequest, HttpResponse
+
+
+def acceptable_id(object_id: str) -> bool:
+    """Whether an (unquoted) object id from a URL may be compared with a column."""
+    return "\x00" not in object_id
+
+
+def refuse_nul(request: HttpRequest) -> None:
+    """Refuse (400) a request whose query string or form holds NUL anywhere."""
+    for data in (request.GET, request.POST):
+        for key, values in data.lists():
+            if "\x00" in key or any("\x00" in value for value in values):
+                raise BadRequest("The admin's parameters may not contain NUL.")
+
+
+class GuardedAdmin(admin.ModelAdmin):
+    """A ModelAdmin that takes from the URL only what it offers.
+
+    `url_lookups` names the lookups the query string may carry; Django's own
+    default would take any lookup on any column (a regex, a JSON `contains`
+    the backend cannot run). A subclass that overrides get_object calls
+    acceptable_id itself.
+    """
+
+    url_lookups: frozenset[str] = frozenset()
+    # Longer than anything a substring search looks for: SQLite refuses LIKE
+    # patterns past 50,000 bytes, and Django makes each word of a term a
+    # LIKE per search field. None for an admin whose search compares exactly.
+    max_search_length: int | None = 200
+
+    def lookup_allowed(self, lookup: str, value: str, request: HttpRequest | None = None) -> bool:
+        return lookup in self.url_lookups
+
+    def changelist_view(
+        self, request: HttpRequest, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        refuse_nul(request)
+        limit = self.max_search_length
+        if limit is not None and len(request.GET.get(SEARCH_VAR, "")) > limit:
+            raise BadRequest(f"A search term may be at most {limit} characters.")
+        return super().changelist_view(request, extra_context)
+
+    def get_object(
+        self, request: HttpRequest, object_id: str, from_field: str | None = None
+    ) -> Any:
+        if not acceptable_id(object_id):
+            return None
+        return super().get_object(request, object_id, from_field)
+
+    def history_view(
+        self, request: HttpRequest, object_id: str, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
+        # Django looks the object up before it checks permission, so a user
+        # who may not view the model could tell real ids from made-up ones.
+        if not self.has_view_or_change_permission(request):
+            raise PermissionDenied
+        return super().history_view(request, object_id, extra_context)
