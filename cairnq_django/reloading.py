@@ -3,10 +3,16 @@
 Django's own autoreloader does the watching, as for `runserver`: a
 supervising process starts the worker in a child process and starts it again
 whenever the child exits to reload. Unlike `runserver`, both ends stop
-gracefully: the supervisor passes SIGTERM on to the child (a terminal's Ctrl-C
-reaches the child directly), and before the child reloads for a changed file
-it stops its worker the usual way, letting running tasks finish for up to
-the shutdown timeout and requeueing the rest at once.
+gracefully: the supervisor passes SIGTERM, SIGINT and SIGHUP on to the child,
+and before the child reloads for a changed file it stops its worker the usual
+way, letting running tasks finish for up to the shutdown timeout and
+requeueing the rest at once.
+
+The child runs in a process group of its own, so a terminal's Ctrl-C reaches
+the supervisor alone and the child sees it once, forwarded: were the child in
+the terminal's group as well, it would see each Ctrl-C twice (directly and
+forwarded), and a second signal means "exit at once". Whoever stops the
+worker signals the supervisor's PID, the one the command started as.
 """
 
 from __future__ import annotations
@@ -26,6 +32,9 @@ logger = logging.getLogger("cairnq_django.worker")
 
 # Extra time, past the worker's own shutdown timeout, a reload waits for it.
 _STOP_SLACK_S = 5.0
+# What the supervisor passes on to the child. SIGHUP too: the child is out of
+# the terminal's process group, so a closing terminal would not reach it.
+_FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 def run_with_reloader(build_worker: Callable[[], Any]) -> None:
@@ -47,14 +56,17 @@ def _supervise() -> int:
         if child is not None and child.poll() is None:
             child.send_signal(signum)
 
-    signal.signal(signal.SIGTERM, forward)
-    # Ctrl-C in a terminal reaches the whole process group, the child included;
-    # forwarding it as well would count as a second signal there.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for signum in _FORWARDED:
+        signal.signal(signum, forward)
     env = {**os.environ, autoreload.DJANGO_AUTORELOAD_ENV: "true"}
     args = autoreload.get_child_arguments()
+    logger.info(
+        "Supervising the reloading worker as pid %d: send SIGTERM or SIGINT to this pid "
+        "to stop it.", os.getpid(),
+    )
     while True:
-        child = subprocess.Popen(args, env=env, close_fds=False)
+        # Its own process group: see the module docstring.
+        child = subprocess.Popen(args, env=env, close_fds=False, process_group=0)
         code = child.wait()
         if stopping:  # asked to stop while a child was reloading: it has stopped
             return 0 if code == 3 else code

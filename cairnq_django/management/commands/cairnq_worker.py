@@ -105,7 +105,12 @@ class Command(BaseCommand):
             "--reload", action=argparse.BooleanOptionalAction, default=None,
             help="Restart the worker when the project's code changes (Django's autoreloader, "
             "as runserver uses it), stopping it gracefully first. For development. "
-            "Default: on when DEBUG is true, except with --burst.",
+            "Default: on when DEBUG is true, except with --burst. Signal the PID the "
+            "command started as: it passes SIGTERM and SIGINT on to the worker.",
+        )
+        parser.add_argument(
+            "--noreload", action="store_false", dest="reload",
+            help="Same as --no-reload (runserver's spelling).",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
