@@ -97,7 +97,7 @@ def test_the_supervisor_passes_a_signal_on_to_the_worker(live_store, child_env, 
     # that PID (as a process manager or `kill` would) must stop the worker.
     worker = _started_reloading_worker(child_env)
     try:
-        assert "Supervising the reloading worker as pid %d" % worker.pid in worker.output()
+        assert f"Supervising the reloading worker as pid {worker.pid}" in worker.output()
         worker.signal(signum)
         assert worker.wait(60) == 0, worker.output()
         out = worker.output()
