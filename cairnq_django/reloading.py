@@ -37,10 +37,17 @@ _STOP_SLACK_S = 5.0
 _FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
-def run_with_reloader(build_worker: Callable[[], Any]) -> None:
-    """Run the worker `build_worker()` returns, restarting it on code changes."""
+def run_with_reloader(
+    build_worker: Callable[[], Any], *, fatal: tuple[type[BaseException], ...] = ()
+) -> None:
+    """Run the worker `build_worker()` returns, restarting it on code changes.
+
+    An exception in `fatal` raised by the worker's run() is logged in one line
+    and ends both processes with exit code 1, instead of waiting for a file
+    to change: it says the database needs someone's action, not new code.
+    """
     if os.environ.get(autoreload.DJANGO_AUTORELOAD_ENV) == "true":
-        _run_child(build_worker)
+        _run_child(build_worker, fatal)
     else:
         sys.exit(_supervise())
 
@@ -74,9 +81,10 @@ def _supervise() -> int:
             return code
 
 
-def _run_child(build_worker: Callable[[], Any]) -> None:
+def _run_child(build_worker: Callable[[], Any], fatal: tuple[type[BaseException], ...]) -> None:
     reloader = autoreload.get_reloader()
     built: list[Any] = []
+    failed: list[BaseException] = []
 
     def on_signal(signum: int, frame: Any) -> None:
         if built:
@@ -90,8 +98,12 @@ def _run_child(build_worker: Callable[[], Any]) -> None:
 
     def run() -> None:
         built.append(build_worker())
-        built[0].run()
-        reloader.stop()  # stopped by a signal: end the child, not just the worker
+        try:
+            built[0].run()
+        except fatal as exc:
+            logger.error("%s", exc)
+            failed.append(exc)
+        reloader.stop()  # stopped by a signal (or fatally): end the child, not just the worker
 
     # check_errors() remembers the file of an error (a task module that does
     # not import, say), so fixing it reloads even though the worker died.
@@ -112,3 +124,5 @@ def _run_child(build_worker: Callable[[], Any]) -> None:
     thread.start()
     while not reloader.should_stop:
         reloader.run(thread)
+    if failed:
+        sys.exit(1)

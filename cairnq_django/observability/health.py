@@ -9,7 +9,9 @@ from django.db import connections
 from django.db.utils import Error as DatabaseError
 
 from ..admin.display import human_duration as format_duration
+from ..errors import CairnQError, TablesMissing
 from ..store import get_store
+from ..tables import known_missing_tables
 from .overview import Overview, overview
 
 # Exit codes of cairnq_health.
@@ -59,10 +61,13 @@ def check(
         connections[using].ensure_connection()
     except DatabaseError as exc:
         return Health(UNREACHABLE, (f"The queue's database is unreachable: {_first_line(exc)}",))
+    missing = known_missing_tables(using)
+    if missing:
+        return Health(UNHEALTHY, (str(TablesMissing(using, missing)),))
     try:
         view = overview(using)
-    except DatabaseError as exc:
-        # Reachable but unreadable: most often `migrate` has not been run.
+    except (DatabaseError, CairnQError) as exc:
+        # Reachable, the tables there, yet unreadable (another protocol version, say).
         return Health(UNHEALTHY, (f"Reading the queue failed: {_first_line(exc)}",))
     found = problems(view, max_age_ms=max_age_ms, queues=queues)
     return Health(UNHEALTHY if found else HEALTHY, tuple(found))

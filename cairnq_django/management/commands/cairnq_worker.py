@@ -13,11 +13,17 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
 
 from ...conf import cairnq_settings
+from ...errors import ProtocolVersionMismatch, TablesMissing
 from ...validators import cli_database, cli_integer
 
 if TYPE_CHECKING:
     from ...retention import RetentionSweeper
     from ...worker import Worker
+
+
+# Errors that end the worker: the database is not one it can serve until
+# someone acts (runs migrate, upgrades a package); retrying would only repeat them.
+_CANNOT_RUN_HERE = (TablesMissing, ProtocolVersionMismatch)
 
 
 class Command(BaseCommand):
@@ -124,11 +130,15 @@ class Command(BaseCommand):
             from ...reloading import run_with_reloader
 
             # The supervisor builds nothing; each child process builds its own worker.
-            run_with_reloader(lambda: self._build_worker(options))
+            run_with_reloader(lambda: self._build_worker(options), fatal=_CANNOT_RUN_HERE)
             return
         worker = self._build_worker(options)
         worker.install_signal_handlers()
-        worker.run()
+        try:
+            worker.run()
+        except _CANNOT_RUN_HERE as exc:
+            # One line, not a traceback: it says what to do.
+            raise CommandError(str(exc)) from exc
 
     def _build_worker(self, options: dict[str, Any]) -> Worker | WorkerBesideSweeper:
         """The worker the options describe, beside a sweeper with --sweep; metrics if asked."""
