@@ -230,6 +230,9 @@ class WorkerBesideSweeper:
         self.worker.stop()
 
     def run(self) -> None:
+        from ...tables import check_tables
+
+        check_tables(self.worker.using)  # before the sweeper, which would report it too
         self._start_sweeper()
         try:
             self.worker.run()
