@@ -145,3 +145,30 @@ def test_health_counts_a_name_a_live_worker_registered_as_handled(live_store):
     _fake_live_worker(["default"], ["tests.echo", "tests.send_emial"])
     _due_a_minute_ago(live_store, "tests.send_emial")
     assert check("default", max_age_ms=3_600_000).problems == ()
+
+
+def test_the_check_seeks_the_claim_index_and_never_scans_the_table(store):
+    from tests.test_query_plans import explain_each, full_scans, recorded, uses_index
+
+    from cairnq_django.observability.unhandled import unhandled_names
+
+    store.submit_many([store.prepare(f"plan.{i % 5}", {}, queue="q1") for i in range(3000)])
+    with connection.cursor() as cursor:
+        # As in production: most rows finished, the queued ones few.
+        cursor.execute(
+            "UPDATE cairnq_tasks SET status = 'succeeded', completed_at_ms = created_at_ms"
+            " WHERE id IN (SELECT id FROM cairnq_tasks ORDER BY id LIMIT 2900)"
+        )
+        cursor.execute("ANALYZE cairnq_tasks" if connection.vendor == "postgresql" else "ANALYZE")
+    with recorded() as statements:
+        found = unhandled_names(
+            "default", ["q1"], now_ms=database_now_ms("default") + 1, min_wait_ms=0,
+            registered={"q1": {"plan.0", "plan.1"}},
+        )
+    assert sorted(item.name for item in found) == ["plan.2", "plan.3", "plan.4"]
+    seeks = explain_each(statements, "ORDER BY queue ASC")
+    assert len(seeks) == 6  # five names, then the look that finds none
+    for text in seeks:
+        assert uses_index(text, "cairnq_tasks_claim_name_idx"), text
+    for text in explain_each(statements, "cairnq_tasks"):
+        assert not full_scans(text), text

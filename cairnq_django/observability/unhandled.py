@@ -91,7 +91,11 @@ def _queued_names(using: str, queue: str) -> list[str]:
     names: list[str] = []
     while len(names) < MAX_NAMES_PER_QUEUE:
         after = rows.filter(name__gt=names[-1]) if names else rows
-        name = after.order_by("name").values_list("name", flat=True).first()
+        # Ordered as the claim index is (queue and status are fixed here), so
+        # no planner prefers the name index and walks finished rows.
+        name = (
+            after.order_by("queue", "status", "name").values_list("name", flat=True).first()
+        )
         if name is None:
             break
         names.append(name)
