@@ -148,9 +148,8 @@ def test_health_counts_a_name_a_live_worker_registered_as_handled(live_store):
 
 
 def test_the_check_seeks_the_claim_index_and_never_scans_the_table(store):
-    from tests.test_query_plans import explain_each, full_scans, recorded, uses_index
-
     from cairnq_django.observability.unhandled import unhandled_names
+    from tests.test_query_plans import explain_each, full_scans, recorded, uses_index
 
     store.submit_many([store.prepare(f"plan.{i % 5}", {}, queue="q1") for i in range(3000)])
     with connection.cursor() as cursor:
