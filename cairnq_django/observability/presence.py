@@ -4,8 +4,8 @@ One thread per worker: it inserts the row at start, refreshes `last_seen_ms`
 and the task counts every interval, and deletes the row when the worker stops
 cleanly. On the same tick, off the claim path, it looks for due tasks whose
 name no live worker handles (unhandled.py) and warns about each such name,
-at most once per WARN_UNHANDLED_EVERY_S. A worker that dies without stopping leaves its row behind, which
-readers then show as gone (see models.GONE_AFTER_INTERVALS); any live worker
+at most once per WARN_UNHANDLED_EVERY_S. A worker that dies without stopping
+leaves its row behind, which readers then show as gone (see models.GONE_AFTER_INTERVALS); any live worker
 deletes rows that have been gone for longer than FORGET_AFTER_MS.
 """
 
@@ -22,6 +22,7 @@ from typing import Any
 
 from django.db import connections
 
+from ..tables import known_missing_tables
 from .models import GONE_AFTER_INTERVALS, WorkerRecord
 from .overview import database_now_ms
 from .unhandled import describe, live_registered_names, unhandled_names
@@ -122,7 +123,7 @@ class Presence(threading.Thread):
             connections[self.using].close()
             if not self._check_failing:  # once per outage, as _safely does
                 self._check_failing = True
-                self.report(exc, phase="presence")
+                self._report(exc)
         else:
             self._check_failing = False
 
@@ -159,4 +160,9 @@ class Presence(threading.Thread):
             # otherwise report every interval.
             if not self._failing:
                 self._failing = True
-                self.report(exc, phase="presence")
+                self._report(exc)
+
+    def _report(self, exc: Exception) -> None:
+        if known_missing_tables(self.using):
+            return  # the claim loop stops the worker for it, in one line
+        self.report(exc, phase="presence")

@@ -220,6 +220,8 @@ class Worker:
         unlike a database that is restarting, that does not heal by waiting.
         """
         check_tables(self.using)
+        # Opened before _start() applies the worker's connection lifetime.
+        _close_connection(self.using)
         self._start()
         try:
             self._loop()
