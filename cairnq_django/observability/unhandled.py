@@ -37,6 +37,8 @@ RECENTLY_SERVED_MS = 600_000
 # Distinct queued names looked at per queue and check, so a queue holding
 # thousands of names costs a bounded number of seeks.
 MAX_NAMES_PER_QUEUE = 200
+# Handled names a warning lists, so a project with many handlers gets one readable line.
+_NAMES_SHOWN = 8
 
 
 @dataclass(frozen=True)
@@ -121,7 +123,10 @@ def describe(item: UnhandledName, *, handled_here: Iterable[str] = ()) -> str:
     """The worker's warning line for one unhandled name."""
     from ..admin.display import human_duration
 
-    running = ", ".join(sorted(handled_here)) or "(none)"
+    names = sorted(handled_here)
+    running = ", ".join(names[:_NAMES_SHOWN]) or "(none)"
+    if len(names) > _NAMES_SHOWN:
+        running += f" and {len(names) - _NAMES_SHOWN} more"
     return (
         f"Task name {item.name!r} has {item.count} due task(s) on queue {item.queue!r}, "
         f"the oldest due {human_duration(item.oldest_due_age_ms)} ago, and no live worker "
