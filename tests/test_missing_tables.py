@@ -122,11 +122,12 @@ def _registered() -> bool:
         return cursor.fetchone()[0] > 0
 
 
-def test_an_unreachable_database_is_retried_not_reported_missing(transactional_db, tmp_path):
-    if connection.vendor == "sqlite":
-        env = _env(str(tmp_path / "no-such-dir" / "db.sqlite3"))
-    else:
-        env = _env(str(connection.settings_dict["NAME"]), PGPORT="1")  # nothing listens
+# SQLite has no server to be down; a file it cannot open is no outage that
+# heals (and Django 6.1's system checks already fail on it). Other errors that
+# are not missing tables are retried on SQLite too: test_worker_inprocess.py.
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="a server that refuses")
+def test_an_unreachable_database_is_retried_not_reported_missing(transactional_db):
+    env = _env(str(connection.settings_dict["NAME"]), PGPORT="1")  # nothing listens
     worker = WorkerProcess(env, "-v", "2")
     try:
         wait_for(lambda: worker.output().count("Claiming failed; retrying") >= 2, timeout=60,
