@@ -123,6 +123,22 @@ class ProtocolVersionMismatch(CairnQError):
     """The database speaks a CairnQ protocol major this package does not."""
 
 
+class TablesMissing(CairnQError):
+    """The queue's database lacks CairnQ tables: `migrate` has not run there (or not fully)."""
+
+    def __init__(self, using: str, tables: list[str]) -> None:
+        which = (
+            f"table {tables[0]} is" if len(tables) == 1 else f"tables {', '.join(tables)} are"
+        )
+        super().__init__(
+            f"The CairnQ {which} missing from database {using!r}; create "
+            f"{'it' if len(tables) == 1 else 'them'} with "
+            f"`manage.py migrate cairnq_django --database {using}`."
+        )
+        self.using = using
+        self.tables = list(tables)
+
+
 class TaskError(CairnQError):
     """Raised by a handler to fail its task with a chosen error envelope."""
 

@@ -51,6 +51,19 @@ def is_terminal(status: str) -> bool:
     return status in TERMINAL_STATUSES
 
 
+def attempt_label(attempt: int, max_attempts: int) -> str:
+    """"2/3": attempt 2 of the 3 max_attempts allows.
+
+    A manual retry that keeps the count (the admin's "Retry", retry() without
+    reset_attempt) runs one attempt past max_attempts; "4/3" would read as a
+    bug, so such an attempt says what it is: "4 (max 3, retried by hand)".
+    Its failure is final, as no automatic retry is left.
+    """
+    if attempt <= max_attempts:
+        return f"{attempt}/{max_attempts}"
+    return f"{attempt} (max {max_attempts}, retried by hand)"
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TaskRecord:
     """One cairnq_tasks row, every column under its protocol name, JSON decoded."""

@@ -3,10 +3,16 @@
 Django's own autoreloader does the watching, as for `runserver`: a
 supervising process starts the worker in a child process and starts it again
 whenever the child exits to reload. Unlike `runserver`, both ends stop
-gracefully: the supervisor passes SIGTERM on to the child (a terminal's Ctrl-C
-reaches the child directly), and before the child reloads for a changed file
-it stops its worker the usual way, letting running tasks finish for up to
-the shutdown timeout and requeueing the rest at once.
+gracefully: the supervisor passes SIGTERM, SIGINT and SIGHUP on to the child,
+and before the child reloads for a changed file it stops its worker the usual
+way, letting running tasks finish for up to the shutdown timeout and
+requeueing the rest at once.
+
+The child runs in a process group of its own, so a terminal's Ctrl-C reaches
+the supervisor alone and the child sees it once, forwarded: were the child in
+the terminal's group as well, it would see each Ctrl-C twice (directly and
+forwarded), and a second signal means "exit at once". Whoever stops the
+worker signals the supervisor's PID, the one the command started as.
 """
 
 from __future__ import annotations
@@ -26,12 +32,22 @@ logger = logging.getLogger("cairnq_django.worker")
 
 # Extra time, past the worker's own shutdown timeout, a reload waits for it.
 _STOP_SLACK_S = 5.0
+# What the supervisor passes on to the child. SIGHUP too: the child is out of
+# the terminal's process group, so a closing terminal would not reach it.
+_FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
-def run_with_reloader(build_worker: Callable[[], Any]) -> None:
-    """Run the worker `build_worker()` returns, restarting it on code changes."""
+def run_with_reloader(
+    build_worker: Callable[[], Any], *, fatal: tuple[type[BaseException], ...] = ()
+) -> None:
+    """Run the worker `build_worker()` returns, restarting it on code changes.
+
+    An exception in `fatal` raised by the worker's run() is logged in one line
+    and ends both processes with exit code 1, instead of waiting for a file
+    to change: it says the database needs someone's action, not new code.
+    """
     if os.environ.get(autoreload.DJANGO_AUTORELOAD_ENV) == "true":
-        _run_child(build_worker)
+        _run_child(build_worker, fatal)
     else:
         sys.exit(_supervise())
 
@@ -47,14 +63,17 @@ def _supervise() -> int:
         if child is not None and child.poll() is None:
             child.send_signal(signum)
 
-    signal.signal(signal.SIGTERM, forward)
-    # Ctrl-C in a terminal reaches the whole process group, the child included;
-    # forwarding it as well would count as a second signal there.
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for signum in _FORWARDED:
+        signal.signal(signum, forward)
     env = {**os.environ, autoreload.DJANGO_AUTORELOAD_ENV: "true"}
     args = autoreload.get_child_arguments()
+    logger.info(
+        "Supervising the reloading worker as pid %d: send SIGTERM or SIGINT to this pid "
+        "to stop it.", os.getpid(),
+    )
     while True:
-        child = subprocess.Popen(args, env=env, close_fds=False)
+        # Its own process group: see the module docstring.
+        child = subprocess.Popen(args, env=env, close_fds=False, process_group=0)
         code = child.wait()
         if stopping:  # asked to stop while a child was reloading: it has stopped
             return 0 if code == 3 else code
@@ -62,9 +81,10 @@ def _supervise() -> int:
             return code
 
 
-def _run_child(build_worker: Callable[[], Any]) -> None:
+def _run_child(build_worker: Callable[[], Any], fatal: tuple[type[BaseException], ...]) -> None:
     reloader = autoreload.get_reloader()
     built: list[Any] = []
+    failed: list[BaseException] = []
 
     def on_signal(signum: int, frame: Any) -> None:
         if built:
@@ -78,8 +98,12 @@ def _run_child(build_worker: Callable[[], Any]) -> None:
 
     def run() -> None:
         built.append(build_worker())
-        built[0].run()
-        reloader.stop()  # stopped by a signal: end the child, not just the worker
+        try:
+            built[0].run()
+        except fatal as exc:
+            logger.error("%s", exc)
+            failed.append(exc)
+        reloader.stop()  # stopped by a signal (or fatally): end the child, not just the worker
 
     # check_errors() remembers the file of an error (a task module that does
     # not import, say), so fixing it reloads even though the worker died.
@@ -100,3 +124,5 @@ def _run_child(build_worker: Callable[[], Any]) -> None:
     thread.start()
     while not reloader.should_stop:
         reloader.run(thread)
+    if failed:
+        sys.exit(1)

@@ -21,6 +21,12 @@ TestCase's or pytest-django's transaction too):
   Inside a test's own transaction, "commits" means the outermost `atomic()`
   the code under test opened exits without an error.
 
+A due task whose name has no handler in the runner's registry (a typo in the
+enqueued name, a module that is not imported) fails the test loudly:
+`drain()`, and inline mode when the task's transaction commits, raise
+`UnhandledTask` naming it. `allow_unhandled=True` leaves such tasks queued
+instead (for names a worker in another language runs).
+
 Retries are off unless `retries=True`: a failing task then fails for good at
 once. With retries on, a retryable failure is run again at once (no backoff)
 until its attempts are used up. Handler exceptions are caught and recorded in
@@ -43,7 +49,7 @@ from asgiref.sync import async_to_sync
 from django.db import connections, transaction
 
 from . import signals
-from .errors import LostLease, SerializationError
+from .errors import CairnQError, LostLease, SerializationError
 from .ids import ulid
 from .records import TaskRecord
 from .store import get_store
@@ -54,6 +60,27 @@ from .worker.registry import registry as default_registry
 
 # Long enough that no test outlives it; nothing renews it in a test.
 _LEASE_MS = 3_600_000
+
+
+class UnhandledTask(CairnQError, AssertionError):
+    """Due tasks of the test have no handler, so the runner cannot run them.
+
+    An AssertionError too, so a test framework reports it as the test's failure.
+    `tasks` are the rows, as read when the runner gave up on them.
+    """
+
+    def __init__(self, tasks: list[TaskRecord], registered: list[str]) -> None:
+        shown = ", ".join(f"{t.name!r} ({t.id})" for t in tasks[:5])
+        if len(tasks) > 5:
+            shown += f" and {len(tasks) - 5} more"
+        super().__init__(
+            f"{len(tasks)} queued task(s) have no handler here and would never run: {shown}. "
+            f"Handlers registered: {', '.join(registered) or '(none)'}. Register one with "
+            "@cairnq_django.task in an installed app's tasks.py (or a Tasks-framework @task "
+            "on a CairnQ backend), or fix the name the code enqueues; "
+            "run_tasks(allow_unhandled=True) leaves such tasks queued instead."
+        )
+        self.tasks = list(tasks)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +117,7 @@ class TaskRunner:
         raise_exceptions: bool = False,
         using: str | None = None,
         registry: Registry | None = None,
+        allow_unhandled: bool = False,
     ) -> None:
         if registry is None:
             autodiscover()
@@ -98,13 +126,18 @@ class TaskRunner:
         self.inline = inline
         self.retries = retries
         self.raise_exceptions = raise_exceptions
+        self.allow_unhandled = allow_unhandled
         self.worker_id = f"worker_test_{ulid()}"
         #: Every attempt run so far, in order.
         self.ran: list[Ran] = []
 
     # ------------------------------------------------------------ draining
     def drain(self, *, raise_exceptions: bool | None = None, limit: int = 10_000) -> list[Ran]:
-        """Run due tasks until none with a handler is left; return what ran (at most `limit`)."""
+        """Run due tasks until none with a handler is left; return what ran (at most `limit`).
+
+        Raises UnhandledTask if due tasks without a handler are left then
+        (unless allow_unhandled), after running everything else.
+        """
         ran: list[Ran] = []
         names = self.registry.names()
         while names and len(ran) < limit:
@@ -117,6 +150,14 @@ class TaskRunner:
                 break
             ran.append(self._run(rows[0]))
         self._raise_first(ran, raise_exceptions)
+        if not self.allow_unhandled:
+            due = (
+                self.store.tasks().filter(status="queued", run_at_ms__lte=self.store.clock_ms())
+                .exclude(name__in=names).order_by("id")
+            )
+            unhandled = self.store._fetch(due[:100])
+            if unhandled:
+                raise UnhandledTask(unhandled, names)
         return ran
 
     def run_until_finished(self, task_id: str) -> list[Ran]:
@@ -124,8 +165,12 @@ class TaskRunner:
         ran: list[Ran] = []
         while True:
             row = self.store.get(task_id)
-            if row is None or row.status != "queued" or row.name not in self.registry:
+            if row is None or row.status != "queued":
                 break
+            if row.name not in self.registry:
+                if self.allow_unhandled:
+                    break
+                raise UnhandledTask([row], self.registry.names())
             claimed = self.store.claim(
                 queues=[row.queue], worker_id=self.worker_id, lease_ms=_LEASE_MS,
                 names=[row.name], limit=1,
@@ -312,11 +357,12 @@ def run_tasks(
     raise_exceptions: bool = False,
     using: str | None = None,
     registry: Registry | None = None,
+    allow_unhandled: bool = False,
 ) -> Iterator[TaskRunner]:
     """Yield a TaskRunner; with inline=True, tasks run as their transactions commit."""
     runner = TaskRunner(
         inline=inline, retries=retries, raise_exceptions=raise_exceptions, using=using,
-        registry=registry,
+        registry=registry, allow_unhandled=allow_unhandled,
     )
     if not inline:
         yield runner

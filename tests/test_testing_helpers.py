@@ -50,9 +50,10 @@ def test_drain_runs_what_was_enqueued(cairnq_tasks):
     assert cairnq_tasks.drain() == []
 
 
-def test_drain_leaves_names_without_a_handler_and_later_tasks(cairnq_tasks):
+def test_drain_leaves_later_tasks_and_if_allowed_names_without_a_handler(cairnq_tasks):
     stray = cairnq_django.enqueue("no.such.handler")
     later = cairnq_django.enqueue("tests.echo", delay=60_000)
+    cairnq_tasks.allow_unhandled = True  # else drain() raises UnhandledTask (below)
     assert cairnq_tasks.drain() == []
     assert cairnq_django.get(stray.id).status == "queued"
     assert cairnq_django.get(later.id).status == "queued"
@@ -191,5 +192,38 @@ def test_a_runner_uses_the_registry_it_is_given(db):
     only.register("only.this", lambda ctx, payload: "done")
     cairnq_django.enqueue("tests.echo")
     task = cairnq_django.enqueue("only.this")
-    ran = TaskRunner(registry=only).drain()
+    ran = TaskRunner(registry=only, allow_unhandled=True).drain()
     assert [r.task.id for r in ran] == [task.id]
+
+
+# ------------------------------------------------ a task nothing handles
+def test_drain_fails_loudly_on_a_task_nothing_handles(db):
+    from cairnq_django.testing import UnhandledTask
+
+    ok = cairnq_django.enqueue("tests.echo", {"n": 1})
+    typo = cairnq_django.enqueue("tests.ecoh", {"n": 2})
+    later = cairnq_django.enqueue("tests.ecoh", {"n": 3}, delay=3_600_000)
+    with run_tasks() as tasks, pytest.raises(UnhandledTask) as raised:
+        tasks.drain()
+    # What has a handler still ran; the typo is named, with its id.
+    assert cairnq_django.get(ok.id).status == "succeeded"
+    assert [t.id for t in raised.value.tasks] == [typo.id]
+    assert isinstance(raised.value, AssertionError)
+    message = str(raised.value)
+    assert f"1 queued task(s) have no handler here and would never run: 'tests.ecoh' ({typo.id})." in message
+    assert "tests.echo" in message and "@cairnq_django.task" in message
+    assert cairnq_django.get(later.id).status == "queued"  # not due: drain leaves it
+
+
+def test_allow_unhandled_leaves_such_tasks_queued(db):
+    typo = cairnq_django.enqueue("tests.ecoh")
+    with run_tasks(allow_unhandled=True) as tasks:
+        assert tasks.drain() == []
+    assert cairnq_django.get(typo.id).status == "queued"
+
+
+def test_inline_mode_fails_loudly_on_a_task_nothing_handles(db):
+    from cairnq_django.testing import UnhandledTask
+
+    with run_tasks(inline=True), pytest.raises(UnhandledTask, match="'tests.ecoh'"):
+        cairnq_django.enqueue("tests.ecoh")

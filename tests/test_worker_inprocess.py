@@ -125,14 +125,16 @@ def test_worker_survives_database_errors_and_reports_them(live_store):
     thread.start()
     try:
         wait_for(lambda: worker._heartbeat is not None, timeout=10)
-        # A real outage of the claim query: the table is briefly gone.
+        # A real failure of the claim query: a column it reads is briefly gone.
+        # (A missing table is not an outage: the worker stops for it, see
+        # test_missing_tables.py.)
         with connection.cursor() as cursor:
-            cursor.execute("ALTER TABLE cairnq_tasks RENAME TO cairnq_tasks_away")
+            cursor.execute("ALTER TABLE cairnq_tasks RENAME COLUMN run_at_ms TO run_at_away")
         try:
             wait_for(lambda: errors, timeout=30, message="The claim error was not reported.")
         finally:
             with connection.cursor() as cursor:
-                cursor.execute("ALTER TABLE cairnq_tasks_away RENAME TO cairnq_tasks")
+                cursor.execute("ALTER TABLE cairnq_tasks RENAME COLUMN run_at_away TO run_at_ms")
         task = enqueue("ip.ok", {})
         wait_for(lambda: get(task.id).status == "succeeded", timeout=60)
     finally:

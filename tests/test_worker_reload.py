@@ -1,4 +1,4 @@
-"""cairnq_worker --reload: a changed task module is picked up; SIGTERM stops it cleanly."""
+"""cairnq_worker --reload: a changed task module is picked up; SIGTERM/SIGINT stop it cleanly."""
 
 import importlib
 import os
@@ -82,3 +82,52 @@ def test_reload_and_burst_do_not_combine():
 
     with pytest.raises(CommandError, match="--reload and --burst cannot be combined."):
         call_command("cairnq_worker", "--reload", "--burst")
+
+
+def _started_reloading_worker(child_env, **kwargs):
+    worker = WorkerProcess(child_env, "--reload", "-v", "2", "--poll", "100", **kwargs)
+    wait_for(lambda: " starting on " in worker.output(), timeout=60,
+             message="the reloading worker did not start")
+    return worker
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_the_supervisor_passes_a_signal_on_to_the_worker(live_store, child_env, signum):
+    # The PID the command started as is the supervisor's; stopping it by
+    # that PID (as a process manager or `kill` would) must stop the worker.
+    worker = _started_reloading_worker(child_env)
+    try:
+        assert f"Supervising the reloading worker as pid {worker.pid}" in worker.output()
+        worker.signal(signum)
+        assert worker.wait(60) == 0, worker.output()
+        out = worker.output()
+        name = signal.Signals(signum).name
+        assert f"Received {name}; no new tasks will be claimed." in out, out
+        assert "again; exiting now" not in out, out
+        assert " stopped after starting " in out, out
+    finally:
+        worker.stop()
+
+
+def test_ctrl_c_reaches_the_worker_once(live_store, child_env):
+    # A terminal's Ctrl-C signals its whole foreground process group; the
+    # worker must see one SIGINT (a graceful stop), not two (exit at once).
+    worker = _started_reloading_worker(child_env, new_session=True)
+    try:
+        os.killpg(worker.pid, signal.SIGINT)
+        assert worker.wait(60) == 0, worker.output()
+        out = worker.output()
+        assert out.count("Received SIGINT") == 1, out
+        assert " stopped after starting " in out, out
+    finally:
+        worker.stop()
+
+
+def test_noreload_is_accepted_as_runserver_spells_it():
+    from django.core.management import load_command_class
+
+    command = load_command_class("cairnq_django", "cairnq_worker")
+    parser = command.create_parser("manage.py", "cairnq_worker")
+    assert parser.parse_args(["--noreload"]).reload is False
+    assert parser.parse_args(["--no-reload"]).reload is False
+    assert parser.parse_args([]).reload is None

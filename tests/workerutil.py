@@ -31,7 +31,9 @@ _RUNNER = (
 class WorkerProcess:
     """A `cairnq_worker` child process whose output goes to a temp file."""
 
-    def __init__(self, env: dict, *args: str, settings: dict | None = None) -> None:
+    def __init__(
+        self, env: dict, *args: str, settings: dict | None = None, new_session: bool = False
+    ) -> None:
         self.log = tempfile.NamedTemporaryFile(
             "w+", prefix="cairnq-worker-", suffix=".log", delete=False
         )
@@ -42,7 +44,10 @@ class WorkerProcess:
         else:
             cmd = [sys.executable, "-m", "django", "cairnq_worker", *args]
         self.proc = subprocess.Popen(
-            cmd, env=env, cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT
+            cmd, env=env, cwd=ROOT, stdout=self.log, stderr=subprocess.STDOUT,
+            # A session (and process group) of its own, as a terminal gives
+            # its foreground job, for tests that signal the whole group.
+            start_new_session=new_session,
         )
 
     @property

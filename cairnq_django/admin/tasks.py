@@ -27,7 +27,7 @@ from django.utils.translation import gettext_lazy as _
 
 from ..ids import now_ms
 from ..models import Task, TaskKey
-from ..records import TERMINAL_STATUSES
+from ..records import TERMINAL_STATUSES, attempt_label
 from ..store.admin_reads import newest_first_ordering
 from ..store.dialects import RAW_TEXT_COLUMNS
 from .actions import ACTIONS
@@ -226,7 +226,7 @@ class TaskAdmin(TaskPageAdmin):
 
     @admin.display(description=_("attempt"))
     def attempts(self, task: Task) -> str:
-        return f"{task.attempt}/{task.max_attempts}"
+        return attempt_label(task.attempt, task.max_attempts)
 
     @admin.display(description=_("progress"))
     def progress_bar(self, task: Task) -> str:

@@ -9,8 +9,13 @@ from django.db import connections
 from django.db.utils import Error as DatabaseError
 
 from ..admin.display import human_duration as format_duration
+from ..conf import cairnq_settings
+from ..errors import CairnQError, TablesMissing
 from ..store import get_store
+from ..tables import known_missing_tables
+from .models import GONE_AFTER_INTERVALS
 from .overview import Overview, overview
+from .unhandled import registered_names, unhandled_names
 
 # Exit codes of cairnq_health.
 HEALTHY = 0
@@ -59,13 +64,48 @@ def check(
         connections[using].ensure_connection()
     except DatabaseError as exc:
         return Health(UNREACHABLE, (f"The queue's database is unreachable: {_first_line(exc)}",))
+    missing = known_missing_tables(using)
+    if missing:
+        return Health(UNHEALTHY, (str(TablesMissing(using, missing)),))
     try:
         view = overview(using)
-    except DatabaseError as exc:
-        # Reachable but unreadable: most often `migrate` has not been run.
+    except (DatabaseError, CairnQError) as exc:
+        # Reachable, the tables there, yet unreadable (another protocol version, say).
         return Health(UNHEALTHY, (f"Reading the queue failed: {_first_line(exc)}",))
     found = problems(view, max_age_ms=max_age_ms, queues=queues)
+    try:
+        found += unhandled_problems(using, view, queues=queues)
+    except (DatabaseError, CairnQError) as exc:
+        found.append(f"Reading the queue failed: {_first_line(exc)}")
     return Health(UNHEALTHY if found else HEALTHY, tuple(found))
+
+
+def unhandled_problems(
+    using: str, view: Overview, *, queues: Sequence[str] | None = None
+) -> list[str]:
+    """One sentence per due task name that no live worker serving its queue handles.
+
+    Only queues some live worker serves: for the others "no live worker serves
+    it" already says more. See unhandled.py for when a name counts.
+    """
+    served = [
+        q.queue for q in view.queues
+        if (not queues or q.queue in queues) and q.oldest_due_age_ms is not None
+        and view.live_workers_for(q.queue)
+    ]
+    if not served:
+        return []
+    found = unhandled_names(
+        using, served, now_ms=view.now_ms,
+        min_wait_ms=GONE_AFTER_INTERVALS * cairnq_settings.WORKER_REPORT_INTERVAL,
+        registered=registered_names(w.record for w in view.workers if w.live),
+    )
+    return [
+        f"Queue {item.queue!r} has {item.count} due task(s) named {item.name!r}, the oldest "
+        f"due {format_duration(item.oldest_due_age_ms)} ago, and no live worker has a "
+        "handler for that name."
+        for item in found
+    ]
 
 
 def _first_line(exc: BaseException) -> str:

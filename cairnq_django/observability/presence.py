@@ -2,8 +2,10 @@
 
 One thread per worker: it inserts the row at start, refreshes `last_seen_ms`
 and the task counts every interval, and deletes the row when the worker stops
-cleanly. A worker that dies without stopping leaves its row behind, which
-readers then show as gone (see models.GONE_AFTER_INTERVALS); any live worker
+cleanly. On the same tick, off the claim path, it looks for due tasks whose
+name no live worker handles (unhandled.py) and warns about each such name,
+at most once per WARN_UNHANDLED_EVERY_S. A worker that dies without stopping
+leaves its row behind, which readers then show as gone (see models.GONE_AFTER_INTERVALS); any live worker
 deletes rows that have been gone for longer than FORGET_AFTER_MS.
 """
 
@@ -13,14 +15,17 @@ import logging
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable
 from importlib import metadata
 from typing import Any
 
 from django.db import connections
 
-from .models import WorkerRecord
+from ..tables import known_missing_tables
+from .models import GONE_AFTER_INTERVALS, WorkerRecord
 from .overview import database_now_ms
+from .unhandled import describe, live_registered_names, unhandled_names
 
 logger = logging.getLogger("cairnq_django.worker")
 
@@ -28,6 +33,8 @@ logger = logging.getLogger("cairnq_django.worker")
 FORGET_AFTER_MS = 3_600_000
 # A floor under CAIRNQ['WORKER_REPORT_INTERVAL'], so 0 cannot spin the thread.
 MIN_INTERVAL_MS = 100
+# How often one name nothing handles is warned about again while it stays so.
+WARN_UNHANDLED_EVERY_S = 600.0
 
 
 def package_version() -> str:
@@ -56,6 +63,9 @@ class Presence(threading.Thread):
         self.report = report
         self._stop_event = threading.Event()
         self._failing = False
+        self._check_failing = False
+        # (queue, name) -> when it was last warned about (time.monotonic()).
+        self._warned: dict[tuple[str, str], float] = {}
 
     def stop(self, timeout: float = 5.0) -> None:
         """Delete the row and end the thread."""
@@ -65,9 +75,9 @@ class Presence(threading.Thread):
 
     def run(self) -> None:
         try:
-            self._safely(self.record)
+            self._tick()
             while not self._stop_event.wait(self.interval_ms / 1000):
-                self._safely(self.record)
+                self._tick()
             self._safely(self.remove)
         finally:
             connections.close_all()
@@ -103,6 +113,41 @@ class Presence(threading.Thread):
             logger.info("The worker is recorded in the workers table again.")
             self._failing = False
 
+    def _tick(self) -> None:
+        self._safely(self.record)
+        if self._failing:
+            return  # the workers table cannot be read either
+        try:
+            self.warn_unhandled()
+        except Exception as exc:
+            connections[self.using].close()
+            if not self._check_failing:  # once per outage, as _safely does
+                self._check_failing = True
+                self._report(exc)
+        else:
+            self._check_failing = False
+
+    def warn_unhandled(self) -> None:
+        """Warn once per WARN_UNHANDLED_EVERY_S about each name due here that nothing handles."""
+        now = database_now_ms(self.using)
+        registered = live_registered_names(self.using, now)
+        found = unhandled_names(
+            self.using, list(self.worker.queues), now_ms=now, registered=registered,
+            # As long as a stopped worker counts as live: until then its
+            # names may still be claimed.
+            min_wait_ms=GONE_AFTER_INTERVALS * self.interval_ms,
+        )
+        clock = time.monotonic()
+        for item in found:
+            key = (item.queue, item.name)
+            last = self._warned.get(key)
+            if last is not None and clock - last < WARN_UNHANDLED_EVERY_S:
+                continue
+            self._warned[key] = clock
+            logger.warning(
+                "%s", describe(item, handled_here=registered.get(item.queue, ()))
+            )
+
     def remove(self) -> None:
         WorkerRecord.objects.using(self.using).filter(pk=self.worker.worker_id).delete()
 
@@ -115,4 +160,9 @@ class Presence(threading.Thread):
             # otherwise report every interval.
             if not self._failing:
                 self._failing = True
-                self.report(exc, phase="presence")
+                self._report(exc)
+
+    def _report(self, exc: Exception) -> None:
+        if known_missing_tables(self.using):
+            return  # the claim loop stops the worker for it, in one line
+        self.report(exc, phase="presence")

@@ -24,7 +24,7 @@ from django.db import close_old_connections
 
 from .. import signals
 from ..errors import LostLease
-from ..records import TaskRecord
+from ..records import TaskRecord, attempt_label
 from ..store import Store
 from .context import TaskContext
 from .envelopes import as_envelope
@@ -199,8 +199,8 @@ class Execution:
     def started(self, call: Call) -> None:
         for ctx in call.contexts:
             logger.info(
-                "Task %s %s attempt %d/%d started.",
-                ctx.name, ctx.task_id, ctx.attempt, ctx.max_attempts,
+                "Task %s %s attempt %s started.",
+                ctx.name, ctx.task_id, attempt_label(ctx.attempt, ctx.max_attempts),
             )
             self.send(signals.task_started, task=ctx.record)
 
@@ -213,7 +213,7 @@ class Execution:
 
     def _end_one(self, ctx: TaskContext, duration: float, raised: BaseException | None) -> None:
         row = ctx.final
-        where = f"Task {ctx.name} {ctx.task_id} attempt {ctx.attempt}/{ctx.max_attempts}"
+        where = f"Task {ctx.name} {ctx.task_id} attempt {attempt_label(ctx.attempt, ctx.max_attempts)}"
         if row is None:
             logger.warning(
                 "%s lost its lease after %.3fs; another worker owns it now and "
@@ -222,7 +222,7 @@ class Execution:
             self.send(signals.task_lease_lost, task=ctx.record, duration=duration)
             return
         error = row.error if row.status != "succeeded" else None
-        code = error.get("code") if isinstance(error, dict) else None
+        why = describe_error(error)
         if row.status == "succeeded":
             logger.info("%s succeeded in %.3fs.", where, duration)
             self.send(signals.task_succeeded, task=row, duration=duration)
@@ -232,15 +232,17 @@ class Execution:
         elif row.status == "queued":
             delay = ctx.failure[2] if ctx.failure else 0
             logger.info(
-                "%s failed (%s) in %.3fs; retrying in %d ms.", where, code, duration, delay
+                "%s failed (%s) in %.3fs; retrying in %d ms.", where, why, duration, delay
             )
             self.send(
                 signals.task_retrying, task=row, duration=duration, error=error, delay_ms=delay
             )
         else:
+            code = error.get("code") if isinstance(error, dict) else None
+            retryable = isinstance(error, dict) and error.get("retryable") is True
             logger.warning(
-                "%s failed (%s) in %.3fs: %s", where, code, duration,
-                error.get("message") if isinstance(error, dict) else error,
+                "%s failed (%s) in %.3fs; %s.", where, why, duration,
+                "no attempt left" if retryable else "not retryable, so final",
                 # The traceback of an unexpected exception, once, when it is final.
                 exc_info=raised if code == "handler_error" else None,
             )
@@ -256,3 +258,25 @@ class Execution:
                     "A receiver of a cairnq_django signal (%r) raised; the task is "
                     "unaffected.", receiver, exc_info=response,
                 )
+
+
+# A log line stays one line: longer messages are cut (the row keeps them whole).
+_MESSAGE_CHARS = 300
+
+
+def describe_error(error: Any) -> str:
+    """"handler_error: ConnectionError: upstream timed out" for an error envelope.
+
+    Code, type and the message's first line: what an operator needs to tell
+    one failure from another without opening the row.
+    """
+    if not isinstance(error, dict):
+        return str(error)
+    lines = str(error.get("message") or "").strip().splitlines()
+    message = lines[0] if lines else ""
+    if len(message) > _MESSAGE_CHARS:
+        message = message[: _MESSAGE_CHARS - 1] + "…"
+    if len(lines) > 1:
+        message += " …"
+    parts = [str(error.get("code")), str(error.get("type"))]
+    return ": ".join([*parts, message] if message else parts)

@@ -33,6 +33,7 @@ from ..errors import HeartbeatLate, ProtocolVersionMismatch
 from ..ids import ulid
 from ..records import TaskRecord
 from ..store import get_store
+from ..tables import check_tables
 from ..wakeup import Wakeup, get_wakeup
 from .connections import WorkerConnectionPolicy
 from .context import TaskContext
@@ -210,7 +211,15 @@ class Worker:
 
     # ------------------------------------------------------------ running
     def run(self) -> None:
-        """Claim and run tasks until stopped (or, with burst, until none is claimable)."""
+        """Claim and run tasks until stopped (or, with burst, until none is claimable).
+
+        Raises TablesMissing, before starting anything or once a claim fails,
+        when the database's catalog shows `migrate` has not created the tables:
+        unlike a database that is restarting, that does not heal by waiting.
+        """
+        check_tables(self.using)
+        # Opened before _start() applies the worker's connection lifetime.
+        _close_connection(self.using)
         self._start()
         try:
             self._loop()
@@ -278,8 +287,9 @@ class Worker:
             except ProtocolVersionMismatch:
                 raise  # never run against a database speaking another protocol
             except Exception as exc:
-                self.report(exc, phase="claim")
                 _close_connection(self.using)
+                check_tables(self.using)  # the one failure that waiting cannot heal
+                self.report(exc, phase="claim")
                 logger.warning(
                     "Claiming failed; retrying in %.2fs (the database may be restarting).",
                     retry_s,

@@ -1,8 +1,9 @@
 """manage.py cairnq_health: exit non-zero, with one line per reason, when the queue is stuck.
 
 Exit 0: healthy. Exit 1: a queue has due tasks and no live worker serves it,
-or its oldest due task has waited longer than --max-age (or the queue cannot
-be read). Exit 2: the queue's database is unreachable. For container probes
+or its oldest due task has waited longer than --max-age, or it has due tasks
+under a name no live worker handles (or the tables are missing, or the queue
+cannot be read). Exit 2: the queue's database is unreachable. For container probes
 and cron alerts.
 """
 
@@ -23,7 +24,8 @@ DEFAULT_MAX_AGE_MS = 300_000
 class Command(BaseCommand):
     help = (
         "Check the task queue: exit 1 when a queue has due tasks and no live worker "
-        "serves it or its oldest due task waited longer than --max-age, 2 when the "
+        "serves it, its oldest due task waited longer than --max-age, due tasks have a "
+        "name no live worker handles, or the CairnQ tables are missing; 2 when the "
         "database is unreachable, 0 otherwise; each problem is printed on one line."
     )
     requires_system_checks: list[str] = []

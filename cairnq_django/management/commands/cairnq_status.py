@@ -10,8 +10,10 @@ from django.db.utils import Error as DatabaseError
 from cairnq_django.admin.display import human_duration as format_duration
 from cairnq_django.admin.display import progress_percent, valid_progress
 from cairnq_django.conf import cairnq_settings
+from cairnq_django.errors import CairnQError, TablesMissing
 from cairnq_django.observability.overview import Overview, overview
 from cairnq_django.records import STATUSES
+from cairnq_django.tables import known_missing_tables
 from cairnq_django.validators import cli_database
 
 
@@ -99,9 +101,12 @@ class Command(BaseCommand):
 
     def handle(self, *args, **options):
         alias = options["database"] or cairnq_settings.DATABASE
+        missing = known_missing_tables(alias)
+        if missing:
+            raise CommandError(str(TablesMissing(alias, missing)))
         try:
             view = overview(alias)
-        except DatabaseError as exc:
+        except (DatabaseError, CairnQError) as exc:
             text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise CommandError(
                 f"Reading the queue on database {alias!r} failed (has `migrate` run?): {text}"

@@ -13,12 +13,18 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import connections
 
 from ...conf import cairnq_settings
+from ...errors import ProtocolVersionMismatch, TablesMissing
 from ...observability import DEFAULT_METRICS_ADDR
 from ...validators import cli_database, cli_integer
 
 if TYPE_CHECKING:
     from ...retention import RetentionSweeper
     from ...worker import Worker
+
+
+# Errors that end the worker: the database is not one it can serve until
+# someone acts (runs migrate, upgrades a package); retrying would only repeat them.
+_CANNOT_RUN_HERE = (TablesMissing, ProtocolVersionMismatch)
 
 
 class Command(BaseCommand):
@@ -112,7 +118,12 @@ class Command(BaseCommand):
             "--reload", action=argparse.BooleanOptionalAction, default=None,
             help="Restart the worker when the project's code changes (Django's autoreloader, "
             "as runserver uses it), stopping it gracefully first. For development. "
-            "Default: on when DEBUG is true, except with --burst.",
+            "Default: on when DEBUG is true, except with --burst. Signal the PID the "
+            "command started as: it passes SIGTERM and SIGINT on to the worker.",
+        )
+        parser.add_argument(
+            "--noreload", action="store_false", dest="reload",
+            help="Same as --no-reload (runserver's spelling).",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -126,11 +137,15 @@ class Command(BaseCommand):
             from ...reloading import run_with_reloader
 
             # The supervisor builds nothing; each child process builds its own worker.
-            run_with_reloader(lambda: self._build_worker(options))
+            run_with_reloader(lambda: self._build_worker(options), fatal=_CANNOT_RUN_HERE)
             return
         worker = self._build_worker(options)
         worker.install_signal_handlers()
-        worker.run()
+        try:
+            worker.run()
+        except _CANNOT_RUN_HERE as exc:
+            # One line, not a traceback: it says what to do.
+            raise CommandError(str(exc)) from exc
 
     def _build_worker(self, options: dict[str, Any]) -> Worker | WorkerBesideSweeper:
         """The worker the options describe, beside a sweeper with --sweep; metrics if asked."""
@@ -222,6 +237,9 @@ class WorkerBesideSweeper:
         self.worker.stop()
 
     def run(self) -> None:
+        from ...tables import check_tables
+
+        check_tables(self.worker.using)  # before the sweeper, which would report it too
         self._start_sweeper()
         try:
             self.worker.run()
