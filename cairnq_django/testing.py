@@ -205,7 +205,9 @@ class TaskRunner:
                 result = async_to_sync(registration.fn)(*args)
             else:
                 result = registration.fn(*args)
-        except Exception as exc:
+        # BaseException, as the worker does: a handler's SystemExit fails its
+        # task rather than ending the test run.
+        except BaseException as exc:
             exception = exc
             if not isinstance(exc, LostLease) and not ctx.settled and not ctx.lost_lease:
                 envelope, retryable = as_envelope(exc, True)

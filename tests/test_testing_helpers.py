@@ -196,6 +196,21 @@ def test_a_runner_uses_the_registry_it_is_given(db):
     assert [r.task.id for r in ran] == [task.id]
 
 
+@pytest.mark.parametrize("raised", [SystemExit(3), KeyboardInterrupt()])
+def test_a_handler_raising_a_base_exception_fails_its_task_as_the_worker_does(db, raised):
+    from cairnq_django.worker.registry import Registry
+
+    def handler(ctx, payload):
+        raise raised
+
+    only = Registry()
+    only.register("only.exits", handler)
+    task = cairnq_django.enqueue("only.exits", max_attempts=1)
+    [attempt] = TaskRunner(registry=only).drain()
+    assert attempt.exception is raised
+    assert cairnq_django.get(task.id).status == "failed"
+
+
 # ------------------------------------------------ a task nothing handles
 def test_drain_fails_loudly_on_a_task_nothing_handles(db):
     from cairnq_django.testing import UnhandledTask
