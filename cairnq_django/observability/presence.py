@@ -19,6 +19,7 @@ from typing import Any
 
 from django.db import connections
 
+from ..pooling import release
 from .models import WorkerRecord
 from .overview import database_now_ms
 
@@ -66,8 +67,10 @@ class Presence(threading.Thread):
     def run(self) -> None:
         try:
             self._safely(self.record)
+            release(self.using)
             while not self._stop_event.wait(self.interval_ms / 1000):
                 self._safely(self.record)
+                release(self.using)
             self._safely(self.remove)
         finally:
             connections.close_all()
