@@ -63,11 +63,11 @@ if BACKEND == "postgres":
     }
     # The same test database through the PgBouncer scripts/test starts
     # (transaction pooling; tests/test_pgbouncer.py). A mirror: no database of its own.
+    # (The CairnQ store opens no server-side cursors, so none need disabling here.)
     if os.environ.get("CAIRNQ_PGBOUNCER_PORT"):
         DATABASES["bouncer"] = {
             **DATABASES["default"],
             "PORT": os.environ["CAIRNQ_PGBOUNCER_PORT"],
-            "DISABLE_SERVER_SIDE_CURSORS": True,
             "TEST": {"MIRROR": "default"},
         }
 else:
