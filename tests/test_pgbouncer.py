@@ -244,8 +244,7 @@ def child_env(transactional_db, bouncer):
 @pytest.fixture
 def wake(live_store, bouncer):
     with override_settings(CAIRNQ={"LISTEN_DATABASE": direct_listener()}):
-        w = PostgresWakeup(listen_params(bouncer), probe_params=postgres_params(bouncer),
-                           alias=bouncer)
+        w = PostgresWakeup(listen_params(bouncer), probe_alias=bouncer)
     with use_wakeup("default", w):
         assert w.ready(30), "the wakeup never started listening"
         yield w

@@ -15,6 +15,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from contextlib import suppress
+from functools import partial
 from typing import Any
 
 from django.db import connections
@@ -62,29 +63,34 @@ def listen_params(alias: str) -> dict[str, Any]:
     return {**postgres_params(alias), **conninfo_to_dict(target)}
 
 
-def send_probe(params: dict[str, Any], token: str) -> None:
-    """NOTIFY the probe channel from a short connection of the producers' kind."""
-    import psycopg
+def send_probe(alias: str, token: str) -> None:
+    """NOTIFY the probe channel through `alias`'s Django connection, as enqueues do.
 
-    with psycopg.connect(**params, autocommit=True) as conn:
-        conn.execute("SELECT pg_notify(%s, %s)", [PROBE_CHANNEL, token])
+    On a pooled alias that borrows a pool slot rather than opening a session
+    of its own; either way the connection is given back at once.
+    """
+    connection = connections[alias]
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_notify(%s, %s)", [PROBE_CHANNEL, token])
+    finally:
+        connection.close()
 
 
 class PostgresWakeup(Waits):
     """LISTEN cairnq_queued / cairnq_done on a dedicated autocommit connection.
 
-    With `probe_params` (the queue alias's own connection parameters) each
-    connect is followed by a delivery probe (probe.py) sent from there.
+    With `probe_alias` (the queue's alias) each connect is followed by a
+    delivery probe (probe.py) sent through that alias.
     """
 
-    def __init__(self, conn_params: dict[str, Any], *, probe_params: dict[str, Any] | None = None,
-                 alias: str = "default") -> None:
+    def __init__(self, conn_params: dict[str, Any], *, probe_alias: str | None = None) -> None:
         super().__init__()
         self._params = conn_params
         self._probe: DeliveryProbe | None = None
-        if probe_params is not None:
+        if probe_alias is not None:
             self._probe = DeliveryProbe(
-                alias, describe(conn_params), lambda token: send_probe(probe_params, token)
+                probe_alias, describe(conn_params), partial(send_probe, probe_alias)
             )
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
