@@ -23,7 +23,7 @@ from cairnq_django import cancel, enqueue, get
 from cairnq_django.store.plumbing import unreadable_meta_error
 from tests.workerutil import ROOT, WorkerProcess, wait_for
 
-pytestmark = pytest.mark.skipif(
+only_postgres = pytest.mark.skipif(
     connections["default"].vendor != "postgresql", reason="Django's pool is PostgreSQL's"
 )
 
@@ -82,6 +82,7 @@ class SessionSampler(threading.Thread):
         self.join()
 
 
+@only_postgres
 def test_worker_on_a_pool_smaller_than_its_concurrency(live_store, pool_env):
     # The sweeper runs in the worker: a canceled task is the rule's to delete.
     doomed = enqueue("tests.echo")
@@ -149,6 +150,7 @@ _WAITERS = textwrap.dedent("""
 """)
 
 
+@only_postgres
 def test_many_waits_share_a_small_pool(live_store, pool_env):
     worker = WorkerProcess(pool_env, "--concurrency", "16")
     try:
@@ -167,6 +169,7 @@ def test_many_waits_share_a_small_pool(live_store, pool_env):
     assert "lost its connection" not in waiters.stderr, waiters.stderr
 
 
+@only_postgres
 def test_a_pool_with_a_persistent_lifetime_stops_the_worker_saying_why(live_store, pool_env):
     enqueue("tests.echo")
     env = dict(pool_env, CAIRNQ_TEST_CONN_MAX_AGE="60")
@@ -189,7 +192,7 @@ def test_only_a_missing_table_is_reported_as_one(db):
     try:
         with transaction.atomic(), connections["default"].cursor() as cursor:
             cursor.execute("SELECT 1 FROM cairnq_no_such_table")
-    except ProgrammingError as exc:
+    except (ProgrammingError, OperationalError) as exc:  # PostgreSQL's, SQLite's
         missing = exc
     assert missing is not None
     assert "tables are missing" in str(unreadable_meta_error("default", missing))
