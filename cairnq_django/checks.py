@@ -157,7 +157,50 @@ def check_database(
                 id="cairnq.E010",
             )
         ]
-    return database_errors(alias) + _router_errors(alias)
+    return database_errors(alias) + _router_errors(alias) + listen_database_errors(alias)
+
+
+def listen_database_errors(alias: str) -> list[CheckMessage]:
+    """CAIRNQ['LISTEN_DATABASE']: None, a PostgreSQL alias, or a libpq connection string."""
+    target = cairnq_settings.LISTEN_DATABASE
+    if target is None:
+        return []
+    hint = (
+        "Name a PostgreSQL alias of settings.DATABASES, or give a libpq connection string "
+        "such as 'host=db.internal port=5432' (its parameters replace the queue alias's)."
+    )
+    if not isinstance(target, str) or not target.strip():
+        return [Error(
+            f"settings.CAIRNQ['LISTEN_DATABASE'] must be None or a non-empty string, "
+            f"not {target!r}.", hint=hint, id="cairnq.E014",
+        )]
+    if not str(settings.DATABASES[alias].get("ENGINE", "")).endswith("postgresql"):
+        return [CheckWarning(
+            "settings.CAIRNQ['LISTEN_DATABASE'] is set, but the CairnQ database "
+            f"{alias!r} is not PostgreSQL; only PostgreSQL's wakeup LISTENs.",
+            id="cairnq.W016",
+        )]
+    if target in settings.DATABASES:
+        engine = str(settings.DATABASES[target].get("ENGINE", ""))
+        if not engine.endswith("postgresql"):
+            return [Error(
+                f"settings.CAIRNQ['LISTEN_DATABASE'] names {target!r}, which uses {engine!r}; "
+                "the listener needs PostgreSQL.", hint=hint, id="cairnq.E014",
+            )]
+        return []
+    try:
+        from psycopg.conninfo import conninfo_to_dict
+
+        conninfo_to_dict(target)
+    except ImportError:
+        return []  # the wakeup itself needs psycopg and says so
+    except Exception as exc:
+        return [Error(
+            f"settings.CAIRNQ['LISTEN_DATABASE'] = {target!r} is neither an alias of "
+            f"settings.DATABASES nor a valid connection string ({exc}).",
+            hint=hint, id="cairnq.E014",
+        )]
+    return []
 
 
 def _router_errors(alias: str) -> list[CheckMessage]:

@@ -28,8 +28,13 @@ DEFAULTS: dict[str, Any] = {
     "WAIT_POLL_INITIAL": 100,
     "WAIT_POLL_MAX": 500,
     # Wake sleeping workers and wait() early (Postgres LISTEN, SQLite
-    # data_version). Turn off behind a transaction-mode pooler.
+    # data_version). Behind a transaction-mode pooler, set LISTEN_DATABASE.
     "WAKEUPS": True,
+    # PostgreSQL: where the wakeup's LISTEN connection goes. None: the queue's
+    # alias; another DATABASES alias; or a libpq connection string whose
+    # parameters replace the alias's (e.g. "host=db.internal port=5432"), to
+    # reach PostgreSQL directly past PgBouncer in transaction mode.
+    "LISTEN_DATABASE": None,
     # Worker defaults (each has a command-line flag).
     "QUEUES": [DEFAULT_QUEUE],
     "CONCURRENCY": 8,

@@ -25,6 +25,7 @@ from django.db import InterfaceError, OperationalError, connections
 
 from .conf import cairnq_settings
 from .errors import CairnQError, TaskCanceled, TaskFailed, TaskTimeout
+from .pooling import release
 from .records import TaskRecord, TaskStatus
 from .wakeup import get_wakeup
 
@@ -270,6 +271,8 @@ def wait(
         task = poll.check()
         if task is not None:
             return task
+        # Many waits in one process must not each hold a pool slot while asleep.
+        release(store.using)
         # Woken early when the task (or, before its id is known, any task) finishes.
         get_wakeup(store.using).wait_for_done(poll.probed_id, poll.next_sleep())
 
@@ -295,7 +298,13 @@ async def await_(
 
     await sync_to_async(_refuse_inside_transaction)(store.using)
     poll = _Poll(store, task_id, key, timeout, poll_initial_ms, poll_max_ms, raise_on_failure)
-    check = sync_to_async(poll.check)
+    def check_and_release() -> TaskRecord | None:
+        try:
+            return poll.check()
+        finally:
+            release(store.using)
+
+    check = sync_to_async(check_and_release)
     while True:
         task = await check()
         if task is not None:

@@ -103,3 +103,78 @@ ensure_chromium() {
     apt-get -o DPkg::Lock::Timeout=600 install -y -qq chromium >/dev/null
     export CAIRNQ_REQUIRE_BROWSER="${CAIRNQ_REQUIRE_BROWSER:-1}"
 }
+
+# Start a PgBouncer in transaction pooling mode in front of 127.0.0.1:5432, for
+# tests/test_pgbouncer.py, installing Debian's pgbouncer when missing. Exports
+# CAIRNQ_PGBOUNCER_PORT (and CAIRNQ_REQUIRE_PGBOUNCER=1, so those tests fail
+# rather than skip); stop_pgbouncer ends it. Every database name is passed
+# through (`* =`), so pytest-django's test database is reachable by its name.
+ensure_pgbouncer() {
+    if [ -n "${CAIRNQ_PGBOUNCER_PORT:-}" ]; then
+        return 0  # the caller runs one already
+    fi
+    if ! command -v pgbouncer >/dev/null 2>&1 && [ ! -x /usr/sbin/pgbouncer ]; then
+        if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+            log "pgbouncer is missing and cannot be installed here; PgBouncer tests will skip"
+            return 0
+        fi
+        log "Installing pgbouncer with apt-get"
+        export DEBIAN_FRONTEND=noninteractive
+        apt-get -o DPkg::Lock::Timeout=600 install -y -qq pgbouncer >/dev/null 2>&1 || {
+            apt-get -o DPkg::Lock::Timeout=600 update -qq >/dev/null
+            apt-get -o DPkg::Lock::Timeout=600 install -y -qq pgbouncer >/dev/null
+        }
+    fi
+    local binary port dir user
+    binary="$(command -v pgbouncer || echo /usr/sbin/pgbouncer)"
+    # It refuses to run as root; Debian's postgresql package provides this user.
+    user="$(id -un)"
+    [ "$user" = root ] && user=postgres
+    port="$("$VENV/bin/python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')"
+    dir="$(mktemp -d "${TMPDIR:-/tmp}/cairnq-pgbouncer.XXXXXX")"
+    # auth_type=trust still looks the user up in auth_file.
+    printf '"%s" ""\n' "${PGUSER:-root}" postgres >"$dir/userlist.txt"
+    cat >"$dir/pgbouncer.ini" <<INI
+[databases]
+* = host=${PGHOST:-127.0.0.1} port=${PGPORT:-5432}
+
+[pgbouncer]
+listen_addr = 127.0.0.1
+listen_port = $port
+unix_socket_dir =
+auth_type = trust
+auth_file = $dir/userlist.txt
+admin_users = ${PGUSER:-root}
+pool_mode = transaction
+max_client_conn = 1000
+default_pool_size = 20
+ignore_startup_parameters = extra_float_digits,options
+pidfile = $dir/pgbouncer.pid
+logfile = $dir/pgbouncer.log
+INI
+    [ "$(id -u)" = 0 ] && chown -R "$user" "$dir"
+    log "Starting PgBouncer (transaction pooling) on 127.0.0.1:$port"
+    if [ "$(id -u)" = 0 ]; then
+        runuser -u "$user" -- "$binary" -d -q "$dir/pgbouncer.ini"
+    else
+        "$binary" -d -q "$dir/pgbouncer.ini"
+    fi
+    local i
+    for i in $(seq 1 50); do
+        pg_isready -q -h 127.0.0.1 -p "$port" 2>/dev/null && break
+        sleep 0.1
+    done
+    export CAIRNQ_PGBOUNCER_PORT="$port" CAIRNQ_REQUIRE_PGBOUNCER=1
+    CAIRNQ_PGBOUNCER_DIR="$dir"
+}
+
+# Stop the PgBouncer ensure_pgbouncer started (if it did).
+stop_pgbouncer() {
+    local dir="${CAIRNQ_PGBOUNCER_DIR:-}"
+    [ -n "$dir" ] || return 0
+    if [ -f "$dir/pgbouncer.pid" ]; then
+        kill "$(cat "$dir/pgbouncer.pid")" 2>/dev/null || true
+    fi
+    rm -rf "$dir"
+    CAIRNQ_PGBOUNCER_DIR=""
+}

@@ -61,6 +61,15 @@ if BACKEND == "postgres":
             "TEST": {"NAME": os.environ.get("CAIRNQ_PG_TEST_NAME", "test_cairnq_django")},
         }
     }
+    # The same test database through the PgBouncer scripts/test starts
+    # (transaction pooling; tests/test_pgbouncer.py). A mirror: no database of its own.
+    # (The CairnQ store opens no server-side cursors, so none need disabling here.)
+    if os.environ.get("CAIRNQ_PGBOUNCER_PORT"):
+        DATABASES["bouncer"] = {
+            **DATABASES["default"],
+            "PORT": os.environ["CAIRNQ_PGBOUNCER_PORT"],
+            "TEST": {"MIRROR": "default"},
+        }
 else:
     _test_file = os.environ.get(
         "CAIRNQ_SQLITE_TEST_FILE",

@@ -22,6 +22,7 @@ from typing import Any
 
 from django.db import connections
 
+from ..pooling import release
 from ..tables import known_missing_tables
 from .models import GONE_AFTER_INTERVALS, WorkerRecord
 from .overview import database_now_ms
@@ -76,8 +77,10 @@ class Presence(threading.Thread):
     def run(self) -> None:
         try:
             self._tick()
+            release(self.using)
             while not self._stop_event.wait(self.interval_ms / 1000):
                 self._tick()
+                release(self.using)
             self._safely(self.remove)
         finally:
             connections.close_all()

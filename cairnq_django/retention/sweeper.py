@@ -16,6 +16,7 @@ from django.db import connections
 from django.utils.module_loading import import_string
 
 from ..conf import cairnq_settings
+from ..pooling import release
 from ..store import Store, get_store
 from ..validators import check_integer
 from .config import SETTING, parse_retention
@@ -138,6 +139,7 @@ class RetentionSweeper:
             # The pause is the point of batching: other writers take the
             # write lock (SQLite) or the I/O (Postgres) between statements.
             if self.pause_ms:
+                release(self.using)
                 self._stopping.wait(self.pause_ms / 1000)
         return RuleResult(rule=rule, deleted=deleted, batches=batches, complete=False)
 
@@ -160,6 +162,7 @@ class RetentionSweeper:
                     self._log(results)
                     if self.on_sweep is not None:
                         self.on_sweep(results)
+                release(self.using)  # a pooled connection is not held across the interval
                 self._stopping.wait(self.interval_ms / 1000)
         finally:
             # run() usually owns its thread; give its connection back.

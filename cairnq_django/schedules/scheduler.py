@@ -24,6 +24,7 @@ from typing import Any
 from django.db import connections
 
 from ..conf import cairnq_settings
+from ..pooling import release
 from . import state
 from .config import Schedule, configured_schedules
 
@@ -108,6 +109,7 @@ class Scheduler:
                 sleep_ms, retry_ms = retry_ms, min(_RETRY_MAX_MS, retry_ms * 2)
             else:
                 retry_ms = _RETRY_FIRST_MS
+            release(self.using)  # a pooled connection is not held across the sleep
             self._stopping.wait(sleep_ms / 1000)
 
     def tick(self) -> int:

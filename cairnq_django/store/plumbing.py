@@ -6,7 +6,8 @@ import threading
 from collections.abc import Sequence
 
 from django.apps import apps
-from django.db import connections, transaction
+from django.core.exceptions import ImproperlyConfigured
+from django.db import InterfaceError, OperationalError, connections, transaction
 from django.db.models import QuerySet
 
 from ..errors import CairnQError, ProtocolVersionMismatch
@@ -23,6 +24,44 @@ from .statements import Statement, select_sql
 
 _verified_aliases: set[str] = set()
 _verify_lock = threading.Lock()
+
+
+def unreadable_meta_error(using: str, exc: BaseException) -> Exception:
+    """Say why the protocol version could not be read: a missing table only when it is one.
+
+    Anything else (a refused connection, a settings error such as a pool with a
+    persistent CONN_MAX_AGE, a permission) is named as what failed; telling the
+    operator to migrate then would send them the wrong way.
+    """
+    if _is_missing_table(exc):
+        return CairnQError(
+            f"The CairnQ tables are missing from database {using!r}; "
+            f"run `manage.py migrate cairnq_django --database {using}`. ({exc})"
+        )
+    detail = str(exc).strip() or type(exc).__name__
+    if isinstance(exc, ImproperlyConfigured):
+        # Still ImproperlyConfigured: the worker stops on it instead of retrying.
+        return ImproperlyConfigured(
+            f"CairnQ could not connect to database {using!r}: its settings are invalid "
+            f"({detail}). Check settings.DATABASES[{using!r}]."
+        )
+    if isinstance(exc, (OperationalError, InterfaceError)):
+        what = "connecting to it or running a query failed"
+    else:
+        what = "reading the cairnq_meta table failed"
+    return CairnQError(
+        f"CairnQ could not use database {using!r}: {what} "
+        f"({type(exc).__name__}: {detail})."
+    )
+
+
+def _is_missing_table(exc: BaseException) -> bool:
+    # PostgreSQL's SQLSTATE 42P01 (undefined_table) on the driver's error;
+    # SQLite has no codes for it, only its message.
+    cause = exc.__cause__ if exc.__cause__ is not None else exc
+    if getattr(cause, "sqlstate", None) == "42P01" or getattr(cause, "pgcode", None) == "42P01":
+        return True
+    return isinstance(exc, OperationalError) and "no such table" in str(exc)
 
 
 class StoreBase:
@@ -105,10 +144,7 @@ class StoreBase:
                     .filter(key="protocol_version").values_list("value", flat=True).first()
                 )
             except Exception as exc:
-                raise CairnQError(
-                    f"The CairnQ tables are missing from database {self.using!r}; "
-                    f"run `manage.py migrate cairnq_django --database {self.using}`. ({exc})"
-                ) from exc
+                raise unreadable_meta_error(self.using, exc) from exc
             if found is None or str(found).split(".")[0] != str(PROTOCOL_VERSION):
                 raise ProtocolVersionMismatch(
                     f"Database {self.using!r} speaks CairnQ protocol_version {found!r}; "

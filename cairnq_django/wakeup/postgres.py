@@ -3,6 +3,9 @@
 The schema's trigger (and every peer writing the tables) sends the
 notifications; one listener thread per process and alias turns them into
 wakes for the threads and coroutines waiting on this process's side.
+CAIRNQ['LISTEN_DATABASE'] may point the listener elsewhere than the queue's
+alias (past a transaction-mode PgBouncer, which cannot deliver notifications);
+probe.py checks, at every connect, that notifications arrive at all.
 """
 
 from __future__ import annotations
@@ -12,11 +15,14 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from contextlib import suppress
+from functools import partial
 from typing import Any
 
 from django.db import connections
 
+from ..conf import cairnq_settings
 from .base import RECONNECT_INITIAL_S, RECONNECT_MAX_S, Waits
+from .probe import PROBE_CHANNEL, DeliveryProbe, describe
 
 logger = logging.getLogger("cairnq_django.wakeup")
 
@@ -40,12 +46,52 @@ def postgres_params(alias: str) -> dict[str, Any]:
     return params
 
 
-class PostgresWakeup(Waits):
-    """LISTEN cairnq_queued / cairnq_done on a dedicated autocommit connection."""
+def listen_params(alias: str) -> dict[str, Any]:
+    """Where `alias`'s listener connects: the alias itself, or CAIRNQ['LISTEN_DATABASE'].
 
-    def __init__(self, conn_params: dict[str, Any]) -> None:
+    That setting is another DATABASES alias, or a libpq connection string whose
+    parameters replace the alias's own (so 'host=db port=5432' keeps the
+    database name, user and password and only bypasses the pooler).
+    """
+    target = cairnq_settings.LISTEN_DATABASE
+    if not target:
+        return postgres_params(alias)
+    if target in connections.settings:
+        return postgres_params(target)
+    from psycopg.conninfo import conninfo_to_dict
+
+    return {**postgres_params(alias), **conninfo_to_dict(target)}
+
+
+def send_probe(alias: str, token: str) -> None:
+    """NOTIFY the probe channel through `alias`'s Django connection, as enqueues do.
+
+    On a pooled alias that borrows a pool slot rather than opening a session
+    of its own; either way the connection is given back at once.
+    """
+    connection = connections[alias]
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_notify(%s, %s)", [PROBE_CHANNEL, token])
+    finally:
+        connection.close()
+
+
+class PostgresWakeup(Waits):
+    """LISTEN cairnq_queued / cairnq_done on a dedicated autocommit connection.
+
+    With `probe_alias` (the queue's alias) each connect is followed by a
+    delivery probe (probe.py) sent through that alias.
+    """
+
+    def __init__(self, conn_params: dict[str, Any], *, probe_alias: str | None = None) -> None:
         super().__init__()
         self._params = conn_params
+        self._probe: DeliveryProbe | None = None
+        if probe_alias is not None:
+            self._probe = DeliveryProbe(
+                probe_alias, describe(conn_params), partial(send_probe, probe_alias)
+            )
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._listening = False
@@ -92,16 +138,22 @@ class PostgresWakeup(Waits):
                 conn = psycopg.connect(**self._params, autocommit=True)
                 conn.execute(f"LISTEN {QUEUED_CHANNEL}")
                 conn.execute(f"LISTEN {DONE_CHANNEL}")
+                if self._probe is not None:
+                    conn.execute(f"LISTEN {PROBE_CHANNEL}")
                 with self._cond:
                     self._listening = True
                     self._epoch += 1
                     self.connects += 1
                     self.backend_pid = conn.info.backend_pid
                     self._wake_all()
+                if self._probe is not None:
+                    self._probe.start()
                 backoff = RECONNECT_INITIAL_S
                 while not self._stop.is_set():
                     for note in conn.notifies(timeout=LISTEN_SLICE_S):
                         self._dispatch(note.channel, note.payload)
+                    if self._probe is not None:
+                        self._probe.check()
             except Exception as exc:  # any failure means "reconnect later"
                 if not self._stop.is_set():
                     logger.warning(
@@ -120,7 +172,16 @@ class PostgresWakeup(Waits):
             self._stop.wait(backoff)
             backoff = min(backoff * 2, RECONNECT_MAX_S)
 
+    @property
+    def delivering(self) -> bool | None:
+        """Whether the last delivery probe was heard (None: no answer yet, or no probe)."""
+        return self._probe.delivering if self._probe is not None else None
+
     def _dispatch(self, channel: str, payload: str) -> None:
+        if channel == PROBE_CHANNEL:
+            if self._probe is not None:
+                self._probe.heard(payload)
+            return
         with self._cond:
             if channel == QUEUED_CHANNEL:
                 if payload not in self._queued_seen:

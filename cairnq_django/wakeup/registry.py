@@ -37,9 +37,9 @@ def build_wakeup(alias: str) -> Wakeup:
         if dialect.has_listen_notify:
             import psycopg  # noqa: F401  (psycopg2 projects get plain sleeps)
 
-            from .postgres import PostgresWakeup, postgres_params
+            from .postgres import PostgresWakeup, listen_params
 
-            return PostgresWakeup(postgres_params(alias))
+            return PostgresWakeup(listen_params(alias), probe_alias=alias)
         path = _database_file(connection) if dialect.watches_database_file else None
         if path is not None:
             from .sqlite import SQLiteWakeup

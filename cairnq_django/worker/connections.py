@@ -5,6 +5,10 @@ close a connection. A worker thread runs task after task, and on PostgreSQL a
 fresh connection per task costs more than a typical task, so while a worker
 runs it keeps connections for WORKER_CONN_MAX_AGE instead, with Django's health
 checks on so a connection the server dropped is replaced before it is used.
+
+An alias with Django's connection pool (OPTIONS["pool"]) is left alone: Django
+refuses a pool with a persistent CONN_MAX_AGE, and the pool already keeps the
+sessions open; the worker gives pooled connections back instead (pooling.py).
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 from django.db import connections
 
 from ..conf import cairnq_settings
+from ..pooling import is_pooled
 
 
 class WorkerConnectionPolicy:
@@ -28,6 +33,8 @@ class WorkerConnectionPolicy:
             config = connections.settings[alias]
             if config.get("CONN_MAX_AGE", 0) != 0:
                 continue  # the project chose a lifetime; keep it
+            if is_pooled(alias):
+                continue  # the pool keeps the sessions; Django refuses CONN_MAX_AGE with it
             self._saved[alias] = (config.get("CONN_MAX_AGE"), config.get("CONN_HEALTH_CHECKS"))
             config["CONN_MAX_AGE"] = lifetime_ms / 1000
             config["CONN_HEALTH_CHECKS"] = True

@@ -24,6 +24,7 @@ from django.db import close_old_connections
 
 from .. import signals
 from ..errors import LostLease
+from ..pooling import release_all
 from ..records import TaskRecord, attempt_label
 from ..store import Store
 from .context import TaskContext
@@ -101,9 +102,13 @@ class Execution:
                 result = call.registration.fn(*call.args())
             except BaseException as exc:  # SystemExit in a handler fails the task, not the thread
                 self.on_returned(call)
+                # The settle may wait for the settler's connection: a pool
+                # slot held here meanwhile could be the one it waits for.
+                release_all()
                 self.finish_raised(call, exc)
             else:
                 self.on_returned(call)
+                release_all()
                 self.finish_returned(call, result)
         except Exception as exc:  # a settle that failed: already logged per task
             self.report(exc, phase="execute", task=call.name)

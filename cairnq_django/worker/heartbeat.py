@@ -33,6 +33,7 @@ from django.db import connections, transaction
 from django.db.utils import Error as DatabaseError
 
 from ..errors import HeartbeatLate
+from ..pooling import release
 from ..store import Store
 from .context import TaskContext
 
@@ -93,6 +94,7 @@ class Heartbeat(threading.Thread):
                 # Renew first: the leases are what is at risk. Then report.
                 at_risk = self._live() if late > self.interval_s else None
                 self._safely(self.beat)
+                release(self.store.using)
                 due = now + self.interval_s
                 if at_risk is not None:
                     self._report_late(late, at_risk)

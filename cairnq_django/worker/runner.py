@@ -25,12 +25,14 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext, suppress
 from typing import TYPE_CHECKING, Any
 
+from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
 
 from .. import signals
 from ..conf import cairnq_settings
 from ..errors import HeartbeatLate, ProtocolVersionMismatch
 from ..ids import ulid
+from ..pooling import release
 from ..records import TaskRecord
 from ..store import get_store
 from ..tables import check_tables
@@ -286,6 +288,10 @@ class Worker:
                 claimed = self._poll(free)
             except ProtocolVersionMismatch:
                 raise  # never run against a database speaking another protocol
+            except ImproperlyConfigured as exc:
+                # Settings the worker cannot run with: retrying changes nothing.
+                logger.critical("The worker cannot run with these settings; stopping: %s", exc)
+                raise
             except Exception as exc:
                 _close_connection(self.using)
                 check_tables(self.using)  # the one failure that waiting cannot heal
@@ -424,6 +430,7 @@ class Worker:
 
     # ------------------------------------------------------------ waiting
     def _wait_for_change(self, timeout_s: float) -> None:
+        release(self.using)
         deadline = time.monotonic() + timeout_s
         while not self._stopping:
             remaining = deadline - time.monotonic()
@@ -437,6 +444,7 @@ class Worker:
 
     def _idle(self) -> None:
         """Sleep a poll interval on the wakeup, cut short by a wake or a call that ended."""
+        release(self.using)  # a pooled connection is not held while idle
         deadline = time.monotonic() + self.options.poll_ms / 1000
         while not self._stopping:
             remaining = deadline - time.monotonic()

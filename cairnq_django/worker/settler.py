@@ -29,6 +29,7 @@ from django.db import connections
 from django.db.utils import InterfaceError, OperationalError
 
 from ..errors import LostLease
+from ..pooling import release
 from ..records import TaskRecord
 from ..store import Store
 
@@ -126,6 +127,8 @@ class Settler:
                         break
                     group.append(item)
                 self._write_group(group)
+                if self._items.empty():
+                    release(self.store.using)  # not held while no completion waits
                 if stopping:
                     return
         finally:

@@ -138,3 +138,16 @@ def connection_identity(ctx, payload):
             row = (uuid.uuid4().hex,)
             cursor.execute("INSERT INTO cq_session (token) VALUES (%s)", row)
     return {"session": row[0]}
+
+
+@task("tests.orm_write")
+def orm_write(ctx, payload):
+    """Write and read through the ORM inside a transaction (tests/test_connection_pool.py)."""
+    from django.contrib.auth.models import Group
+    from django.db import transaction
+
+    with transaction.atomic():
+        Group.objects.create(name=f"pool-{ctx.task_id}")
+        # Hold the connection a moment, as a real handler's transaction would.
+        time.sleep((payload or {}).get("hold_s", 0.005))
+        return {"groups": Group.objects.filter(name__startswith="pool-").count()}
