@@ -1,8 +1,13 @@
 """A worker recording itself in the workers table while it runs.
 
-One thread per worker: it inserts the row at start, refreshes `last_seen_ms`
-and the task counts every interval, and deletes the row when the worker stops
-cleanly. A worker that dies without stopping leaves its row behind, which
+The worker's claim loop drives it (tick() on every turn of the loop, stop()
+at shutdown), on the loop's own database session: it inserts the row at
+start, refreshes `last_seen_ms` and the task counts about every interval, and
+deletes the row when the worker stops cleanly. A thread of its own would hold
+a third session per worker (or reconnect, two transactions, every refresh),
+which is what limits how many workers fit in max_connections. Each refresh
+is one transaction and comes up to INTERVAL_JITTER early or late, so a fleet
+started together does not write together. A worker that dies without stopping leaves its row behind, which
 readers then show as gone (see models.GONE_AFTER_INTERVALS); any live worker
 deletes rows that have been gone for longer than FORGET_AFTER_MS.
 """
@@ -11,13 +16,14 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import socket
-import threading
+import time
 from collections.abc import Callable
 from importlib import metadata
 from typing import Any
 
-from django.db import connections
+from django.db import connections, transaction
 
 from .models import WorkerRecord
 from .overview import database_now_ms
@@ -28,6 +34,8 @@ logger = logging.getLogger("cairnq_django.worker")
 FORGET_AFTER_MS = 3_600_000
 # A floor under CAIRNQ['WORKER_REPORT_INTERVAL'], so 0 cannot spin the thread.
 MIN_INTERVAL_MS = 100
+# Each refresh comes up to this fraction of the interval early or late.
+INTERVAL_JITTER = 0.2
 
 
 def package_version() -> str:
@@ -37,8 +45,8 @@ def package_version() -> str:
         return "unknown"
 
 
-class Presence(threading.Thread):
-    """Keep one worker's row in the workers table fresh until stopped."""
+class Presence:
+    """Keep one worker's row in the workers table fresh, driven by the worker's loop."""
 
     def __init__(
         self,
@@ -48,29 +56,40 @@ class Presence(threading.Thread):
         running: Callable[[], int],
         report: Callable[..., None],
     ) -> None:
-        super().__init__(name="cairnq-presence", daemon=True)
         self.worker = worker
         self.using = worker.using
         self.interval_ms = max(MIN_INTERVAL_MS, int(interval_ms or 0))
         self.running = running
         self.report = report
-        self._stop_event = threading.Event()
         self._failing = False
+        self._due = 0.0  # monotonic time of the next refresh; 0: at the first tick
 
-    def stop(self, timeout: float = 5.0) -> None:
-        """Delete the row and end the thread."""
-        self._stop_event.set()
-        if self.is_alive():
-            self.join(timeout)
+    @property
+    def due_at(self) -> float:
+        """When (time.monotonic()) the next refresh is due; the loop wakes for it."""
+        return self._due
 
-    def run(self) -> None:
-        try:
-            self._safely(self.record)
-            while not self._stop_event.wait(self.interval_ms / 1000):
-                self._safely(self.record)
-            self._safely(self.remove)
-        finally:
-            connections.close_all()
+    def tick(self) -> None:
+        """Refresh the row if it is due (call often, from the thread that owns the session)."""
+        now = time.monotonic()
+        if now < self._due:
+            return
+        self._due = now + self.next_wait_s()
+        self._safely(self.refresh)
+
+    def stop(self) -> None:
+        """Delete the row (a clean stop)."""
+        self._safely(self.remove)
+
+    def next_wait_s(self) -> float:
+        """The interval, moved at random by up to INTERVAL_JITTER of itself."""
+        spread = self.interval_ms * INTERVAL_JITTER
+        return max(MIN_INTERVAL_MS, self.interval_ms + random.uniform(-spread, spread)) / 1000  # noqa: S311 - jitter
+
+    def refresh(self) -> None:
+        """record(), as one transaction."""
+        with transaction.atomic(using=self.using):
+            self.record()
 
     def _fields(self) -> dict[str, Any]:
         running = self.running()

@@ -17,6 +17,7 @@ from typing import Any
 from django.db import connections
 
 from .base import RECONNECT_INITIAL_S, RECONNECT_MAX_S, Waits
+from .drained import DRAINED_CHANNEL
 
 logger = logging.getLogger("cairnq_django.wakeup")
 
@@ -64,6 +65,9 @@ class PostgresWakeup(Waits):
         # which they finished. A waiter wakes for finishes after its baseline.
         self._done_count = 0
         self._recent_done: OrderedDict[str, int] = OrderedDict()
+        # key -> "drained" announcements heard (wakeup/drained.py); only keys
+        # some waiter asked about, like _queued_seen.
+        self._drained_seen: dict[str, int] = {}
         self.backend_pid: int | None = None
         self.connects = 0
 
@@ -92,6 +96,7 @@ class PostgresWakeup(Waits):
                 conn = psycopg.connect(**self._params, autocommit=True)
                 conn.execute(f"LISTEN {QUEUED_CHANNEL}")
                 conn.execute(f"LISTEN {DONE_CHANNEL}")
+                conn.execute(f"LISTEN {DRAINED_CHANNEL}")
                 with self._cond:
                     self._listening = True
                     self._epoch += 1
@@ -126,6 +131,10 @@ class PostgresWakeup(Waits):
                 if payload not in self._queued_seen:
                     return
                 self._queued_seen[payload] += 1
+            elif channel == DRAINED_CHANNEL:
+                if payload not in self._drained_seen:
+                    return
+                self._drained_seen[payload] += 1
             elif channel == DONE_CHANNEL:
                 self._done_count += 1
                 self._recent_done[payload] = self._done_count
@@ -160,6 +169,25 @@ class PostgresWakeup(Waits):
         with self._cond:
             self._local.queued = {q: self._queued_seen.get(q, 0) for q in queues}
         return woken
+
+    # ------------------------------------------------------ fleet coordination
+    @property
+    def healthy(self) -> bool:
+        return self._listening and not self._closed
+
+    @property
+    def hears_drained(self) -> bool:
+        return True
+
+    def drained_seen(self, key: str) -> int:
+        self._start()
+        with self._cond:
+            return self._drained_seen.setdefault(key, 0)
+
+    def wait_for_drained(self, key: str, since: int, timeout_s: float) -> bool:
+        with self._cond:
+            self._drained_seen.setdefault(key, 0)
+        return self._wait_until(lambda: self._drained_seen[key] > since, timeout_s)
 
     def _done_predicate(self, task_id: str | None, base: int | None) -> Callable[[], bool]:
         """Return a check for finishes counted after `base` (None: from now on)."""
