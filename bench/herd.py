@@ -14,6 +14,12 @@ another database so the reads cost nothing here):
 - pickup p50 and p95 (enqueue returned -> handler started, one host clock);
 - sessions per worker (pg_stat_activity of that database), idle and at most while tasks ran.
 
+With `--drain N` it measures instead how fast each fleet drains N queued
+no-op tasks (the fleet test's comparison, tests/test_fleet.py, kept out of the
+test suite because a timed assertion on 2 busy cores would be flaky):
+
+    python -m bench.herd --drain 20000 --workers 4,16
+
 PostgreSQL flushes a backend's counters when it goes idle at most once a
 second (and pending ones after 10 s), so every window ends with a 12 s wait
 before the counter is read, and the idle rate is subtracted from it.
@@ -195,9 +201,66 @@ def measure(workers: int, concurrency: int, tasks: int, idle_s: float, db: str, 
     }
 
 
+def drain(workers: int, concurrency: int, tasks: int, db: str, logdir: str) -> dict:
+    """Start `workers` processes on `tasks` queued no-op tasks; rate from completion times."""
+    fresh_database(db)
+    os.environ.update(_env(db))
+    import django
+
+    django.setup()
+    from django.db import connections
+
+    import cairnq_django
+
+    for start in range(0, tasks, 2_000):
+        cairnq_django.enqueue_many([("noop", {})] * min(2_000, tasks - start))
+    connections.close_all()
+    counters = Counters(db)
+    time.sleep(1.5)
+    x0 = counters.xacts()
+    log = open(os.path.join(logdir, "herd-workers.log"), "ab")
+    cmd = [sys.executable, "-m", "django", "cairnq_worker", "--concurrency", str(concurrency)]
+    procs = [subprocess.Popen(cmd, cwd=ROOT, env=_env(db), stdout=log, stderr=log)
+             for _ in range(workers)]
+    import psycopg
+
+    peek = psycopg.connect(dbname=db, host="127.0.0.1", user="root", autocommit=True)
+    sql = ("SELECT count(*), (max(completed_at_ms) - min(completed_at_ms)) / 1000.0 FROM cairnq_tasks"
+           " WHERE status = 'succeeded'")
+    peak = polls = 0
+    try:
+        deadline = mono() + 900
+        while True:
+            done, window = peek.execute(sql).fetchone()
+            polls += 1
+            if done >= tasks:
+                break
+            if mono() > deadline or any(p.poll() is not None for p in procs):
+                raise RuntimeError("the drain did not finish; see herd-workers.log")
+            peak = max(peak, counters.sessions() - 1)
+            time.sleep(0.5)
+    finally:
+        peek.close()
+        for p in procs:
+            p.send_signal(signal.SIGTERM)
+        for p in procs:
+            p.wait(60)
+        log.close()
+    time.sleep(1.5)
+    return {
+        "workers": workers,
+        "drain_rate": (tasks - 1) / float(window),
+        "xact_per_task": (counters.xacts() - x0 - polls) / tasks,
+        "sessions_per_worker_peak": peak / workers,
+    }
+
+
 def one(args) -> None:
     """Measure one fleet size in this process (Django is set up once per database)."""
-    result = measure(args.one, args.concurrency, args.tasks, args.idle, args.db, args.logdir)
+    if args.drain:
+        result = drain(args.one, args.concurrency, args.drain, args.db, args.logdir)
+    else:
+        result = measure(args.one, args.concurrency, args.tasks, args.idle, args.db, args.logdir)
     print(json.dumps(result), flush=True)
 
 
@@ -211,6 +274,8 @@ def main() -> None:
     parser.add_argument("--idle", type=float, default=30, help="seconds of the idle window")
     parser.add_argument("--db", default="cairnq_bench_herd")
     parser.add_argument("--logdir", default="/tmp")
+    parser.add_argument("--drain", type=int, default=0,
+                        help="measure how fast each fleet drains this many queued tasks instead")
     parser.add_argument("--one", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one is not None:
@@ -220,6 +285,7 @@ def main() -> None:
         out = subprocess.run(
             [sys.executable, "-m", "bench.herd", "--one", str(n), "--concurrency", str(args.concurrency),
              "--tasks", str(args.tasks), "--idle", str(args.idle), "--db", args.db,
+             "--drain", str(args.drain),
              "--logdir", args.logdir],
             cwd=ROOT, capture_output=True, text=True,
         )
@@ -230,6 +296,13 @@ def main() -> None:
         print(json.dumps(rows[-1]), flush=True)
     subprocess.run(["dropdb", *PG, "--if-exists", "--force", args.db], check=False)
     print()
+    if args.drain:
+        print(f"| workers | drain of {args.drain:,} (tasks/s) | tx per task | sessions/worker peak |")
+        print("|---|---|---|---|")
+        for r in rows:
+            print(f"| {r['workers']} | {r['drain_rate']:.0f} | {r['xact_per_task']:.2f} "
+                  f"| {r['sessions_per_worker_peak']:.2f} |")
+        return
     print("| workers | idle tx/s per worker | tx per task | pickup p50 (ms) | pickup p95 (ms) "
           "| sessions/worker idle | sessions/worker peak |")
     print("|---|---|---|---|---|---|---|")

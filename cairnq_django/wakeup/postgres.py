@@ -68,6 +68,7 @@ class PostgresWakeup(Waits):
         # key -> "drained" announcements heard (wakeup/drained.py); only keys
         # some waiter asked about, like _queued_seen.
         self._drained_seen: dict[str, int] = {}
+        self._drained_waiting = 0
         self.backend_pid: int | None = None
         self.connects = 0
 
@@ -135,6 +136,8 @@ class PostgresWakeup(Waits):
                 if payload not in self._drained_seen:
                     return
                 self._drained_seen[payload] += 1
+                if not self._drained_waiting:
+                    return  # only a deferring worker needs waking for it
             elif channel == DONE_CHANNEL:
                 self._done_count += 1
                 self._recent_done[payload] = self._done_count
@@ -187,7 +190,12 @@ class PostgresWakeup(Waits):
     def wait_for_drained(self, key: str, since: int, timeout_s: float) -> bool:
         with self._cond:
             self._drained_seen.setdefault(key, 0)
-        return self._wait_until(lambda: self._drained_seen[key] > since, timeout_s)
+            self._drained_waiting += 1
+        try:
+            return self._wait_until(lambda: self._drained_seen[key] > since, timeout_s)
+        finally:
+            with self._cond:
+                self._drained_waiting -= 1
 
     def _done_predicate(self, task_id: str | None, base: int | None) -> Callable[[], bool]:
         """Return a check for finishes counted after `base` (None: from now on)."""

@@ -138,3 +138,19 @@ def connection_identity(ctx, payload):
             row = (uuid.uuid4().hex,)
             cursor.execute("INSERT INTO cq_session (token) VALUES (%s)", row)
     return {"session": row[0]}
+
+
+@task("tests.journal")
+def journal(ctx, payload):
+    """Append '<task id> <attempt> <worker id>' to the file CAIRNQ_TEST_JOURNAL names.
+
+    No database session of its own (a fleet of workers whose handler threads
+    each held one would not fit in max_connections), and one O_APPEND write
+    per run, which the kernel keeps whole however many processes write.
+    """
+    fd = os.open(os.environ["CAIRNQ_TEST_JOURNAL"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, f"{ctx.task_id} {ctx.attempt} {ctx.worker_id}\n".encode())
+    finally:
+        os.close(fd)
+    return None
