@@ -116,6 +116,10 @@ class Worker:
         # Whether the next claim answers a wake, and this worker's turn after
         # one (pacing.py): the fleet's answer to one NOTIFY is about one claim.
         self._woken = False
+        # Whether the last poll may have left claimable work behind (it filled
+        # its slots, or a name's limit kept it from drawing): only then is a
+        # call ending a reason to look again before a wake says so.
+        self._left_work = False
         self._pacing = WakePacing()
         self._drained_key = drained_key(self.queues, self.handlers)
 
@@ -337,6 +341,7 @@ class Worker:
         # claim itself answers the same question one round trip sooner.
         likely, self._work_likely = self._work_likely, False
         woken, self._woken = self._woken, False
+        self._left_work = False
         if not likely and not self.store.has_claimable(queues=self.queues, names=names):
             return 0
         pending = self._rotation.next_order()
@@ -362,6 +367,7 @@ class Worker:
             started += len(calls)
             free -= len(calls)
         self._work_likely = filled
+        self._left_work = filled or bool(pending)
         if woken:
             self._pacing.woken_claim(started)
         return started
@@ -439,6 +445,16 @@ class Worker:
             if remaining <= 0 or self._changed.wait(min(remaining, _SLICE_S)):
                 return
 
+    def _recheck_on_call_end(self) -> bool:
+        """Whether a call that ended is a reason to poll now.
+
+        It may have freed a slot (or a per-name one) for work the last poll
+        left behind. If that poll took everything, what the call enqueued (a
+        retry, children) sends its own NOTIFY, so with healthy wakeups a
+        probe per finished task would find nothing.
+        """
+        return self._left_work or not self._wakeup.healthy
+
     def _stand_down(self, drained_before: int) -> bool:
         """After a wake: whether a faster worker took all the work while this one deferred."""
         deferral = self._pacing.deferral_s()
@@ -456,8 +472,7 @@ class Worker:
         deadline = time.monotonic() + idle_poll_s(self.options.poll_ms, self._wakeup.healthy)
         while not self._stopping:
             remaining = deadline - time.monotonic()
-            # A call that ended may have freed a per-name slot: look again.
-            if remaining <= 0 or self._changed.is_set():
+            if remaining <= 0 or self._changed.is_set() and self._recheck_on_call_end():
                 return
             step = min(remaining, _SLICE_S)
             # The workers-table row is refreshed from here too: a healthy
