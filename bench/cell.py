@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 
-from .adapters import BACKEND, SYSTEM, Probe, get_adapter, setting_env
+from .adapters import BACKEND, DB, SYSTEM, Probe, get_adapter, setting_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOG_DIR = os.environ.get("BENCH_LOG_DIR", "/tmp")
@@ -79,22 +79,67 @@ def w1b(adapter, args) -> dict:
     return {"rate": args.n / elapsed, "elapsed": elapsed}
 
 
+class ServerCounters:
+    """PostgreSQL's own count of this database's transactions and sessions.
+
+    Read over a connection to the `postgres` database, so reading costs the
+    database under test nothing. A backend's transaction counts reach
+    pg_stat_database when it goes idle (at most once a second) or exits; the
+    drain reads them after the worker stopped.
+    """
+
+    def __init__(self) -> None:
+        import psycopg
+
+        self.conn = psycopg.connect(dbname="postgres", host="127.0.0.1", user="root", autocommit=True)
+
+    def xacts(self) -> int:
+        row = self.conn.execute(
+            "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = %s", [DB]
+        ).fetchone()
+        return int(row[0])
+
+    def sessions(self) -> int:
+        row = self.conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s", [DB]).fetchone()
+        return int(row[0])
+
+
 def _drain(adapter, args, target: int, probe: Probe) -> dict:
-    """Run the worker until `target` no-op tasks finished; rate from completion times."""
+    """Run the worker until `target` no-op tasks finished; rate from completion times.
+
+    On PostgreSQL also the transactions per task (every transaction on the
+    database while the worker ran, its start-up and the progress reads
+    included) and the most sessions the worker held at once.
+    """
+    counters = ServerCounters() if BACKEND == "postgres" else None
+    if counters is not None:
+        own_sessions = counters.sessions()  # this process's: the probe's, the enqueue's
+        time.sleep(1.1)  # this process's enqueue counts reach the statistics
+        xacts_before = counters.xacts()
+        peak_sessions = 0
     worker = WorkerProcess(adapter.worker_cmd(args.setting), setting=args.setting)
     deadline = mono() + args.timeout
+    polls = 0
     try:
         while True:
             count, first, last = probe.done()
+            polls += 1
             if count >= target:
                 break
             worker.check()
             if mono() > deadline:
                 raise RuntimeError(f"Drain timed out with {count}/{target} done.")
+            if counters is not None:
+                peak_sessions = max(peak_sessions, counters.sessions() - own_sessions)
             time.sleep(0.25)
     finally:
         worker.stop()
-    return {"rate": (count - 1) / (last - first), "done": count, "window": last - first}
+    result = {"rate": (count - 1) / (last - first), "done": count, "window": last - first}
+    if counters is not None:
+        time.sleep(1.1)  # the probe's own counts, too, before they are subtracted
+        result["xact_per_task"] = (counters.xacts() - xacts_before - polls) / target
+        result["sessions_per_worker"] = float(peak_sessions)
+    return result
 
 
 def w2(adapter, args) -> dict:

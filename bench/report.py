@@ -17,6 +17,8 @@ ROWS = [
     ("w1b", "rate", "W1b bulk enqueue (tasks/s)", True),
     ("w2", "rate", "W2 drain, defaults (tasks/s)", True),
     ("w2t", "rate", "W2 drain, best setting (tasks/s)", True),
+    ("w2", "xact_per_task", "W2 database transactions per task, defaults", False),
+    ("w2", "sessions_per_worker", "W2 sessions per worker process (most at once), defaults", False),
     ("w3", "p50", "W3 pickup p50 (ms)", False),
     ("w3", "p95", "W3 pickup p95 (ms)", False),
     ("w3", "idle_cpu_pct", "W3 idle worker CPU (% of a core)", False),

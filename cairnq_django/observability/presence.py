@@ -1,11 +1,17 @@
 """A worker recording itself in the workers table while it runs.
 
-One thread per worker: it inserts the row at start, refreshes `last_seen_ms`
-and the task counts every interval, and deletes the row when the worker stops
-cleanly. On the same tick, off the claim path, it looks for due tasks whose
-name no live worker handles (unhandled.py) and warns about each such name,
-at most once per WARN_UNHANDLED_EVERY_S. A worker that dies without stopping
-leaves its row behind, which readers then show as gone (see models.GONE_AFTER_INTERVALS); any live worker
+The worker's claim loop drives it (tick() on every turn of the loop, stop()
+at shutdown), on the loop's own database session: it inserts the row at
+start, refreshes `last_seen_ms` and the task counts about every interval, and
+deletes the row when the worker stops cleanly. A thread of its own would hold
+a third session per worker (or reconnect, two transactions, every refresh),
+which is what limits how many workers fit in max_connections. Each refresh
+is one transaction and comes up to INTERVAL_JITTER early or late, so a fleet
+started together does not write together. In the same transaction, off the
+claim path, it looks for due tasks whose name no live worker handles
+(unhandled.py) and warns about each such name, at most once per
+WARN_UNHANDLED_EVERY_S. A worker that dies without stopping leaves its row behind, which
+readers then show as gone (see models.GONE_AFTER_INTERVALS); any live worker
 deletes rows that have been gone for longer than FORGET_AFTER_MS.
 """
 
@@ -13,14 +19,14 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import socket
-import threading
 import time
 from collections.abc import Callable
 from importlib import metadata
 from typing import Any
 
-from django.db import connections
+from django.db import connections, transaction
 
 from ..pooling import release
 from ..tables import known_missing_tables
@@ -34,6 +40,8 @@ logger = logging.getLogger("cairnq_django.worker")
 FORGET_AFTER_MS = 3_600_000
 # A floor under CAIRNQ['WORKER_REPORT_INTERVAL'], so 0 cannot spin the thread.
 MIN_INTERVAL_MS = 100
+# Each refresh comes up to this fraction of the interval early or late.
+INTERVAL_JITTER = 0.2
 # How often one name nothing handles is warned about again while it stays so.
 WARN_UNHANDLED_EVERY_S = 600.0
 
@@ -45,8 +53,8 @@ def package_version() -> str:
         return "unknown"
 
 
-class Presence(threading.Thread):
-    """Keep one worker's row in the workers table fresh until stopped."""
+class Presence:
+    """Keep one worker's row in the workers table fresh, driven by the worker's loop."""
 
     def __init__(
         self,
@@ -56,34 +64,58 @@ class Presence(threading.Thread):
         running: Callable[[], int],
         report: Callable[..., None],
     ) -> None:
-        super().__init__(name="cairnq-presence", daemon=True)
         self.worker = worker
         self.using = worker.using
         self.interval_ms = max(MIN_INTERVAL_MS, int(interval_ms or 0))
         self.running = running
         self.report = report
-        self._stop_event = threading.Event()
         self._failing = False
         self._check_failing = False
         # (queue, name) -> when it was last warned about (time.monotonic()).
         self._warned: dict[tuple[str, str], float] = {}
+        self._due = 0.0  # monotonic time of the next refresh; 0: at the first tick
 
-    def stop(self, timeout: float = 5.0) -> None:
-        """Delete the row and end the thread."""
-        self._stop_event.set()
-        if self.is_alive():
-            self.join(timeout)
+    @property
+    def due_at(self) -> float:
+        """When (time.monotonic()) the next refresh is due; the loop wakes for it."""
+        return self._due
 
-    def run(self) -> None:
+    def tick(self) -> None:
+        """Refresh the row if it is due (call often, from the thread that owns the session)."""
+        now = time.monotonic()
+        if now < self._due:
+            return
+        self._due = now + self.next_wait_s()
+        self._safely(self.refresh)
+        release(self.using)  # a pooled connection is not kept between refreshes
+
+    def stop(self) -> None:
+        """Delete the row (a clean stop)."""
+        self._safely(self.remove)
+
+    def next_wait_s(self) -> float:
+        """The interval, moved at random by up to INTERVAL_JITTER of itself."""
+        spread = self.interval_ms * INTERVAL_JITTER
+        return max(MIN_INTERVAL_MS, self.interval_ms + random.uniform(-spread, spread)) / 1000  # noqa: S311 - jitter
+
+    def refresh(self) -> None:
+        """record() and the unhandled-name check, as one transaction."""
+        with transaction.atomic(using=self.using):
+            self.record()
+            self._check_unhandled()
+
+    def _check_unhandled(self) -> None:
         try:
-            self._tick()
-            release(self.using)
-            while not self._stop_event.wait(self.interval_ms / 1000):
-                self._tick()
-                release(self.using)
-            self._safely(self.remove)
-        finally:
-            connections.close_all()
+            # A savepoint: a failed check keeps the refresh, and costs no
+            # transaction of its own (the idle cost per worker stays one).
+            with transaction.atomic(using=self.using):
+                self.warn_unhandled()
+        except Exception as exc:
+            if not self._check_failing:  # once per outage, as _safely does
+                self._check_failing = True
+                self._report(exc)
+        else:
+            self._check_failing = False
 
     def _fields(self) -> dict[str, Any]:
         running = self.running()
@@ -115,20 +147,6 @@ class Presence(threading.Thread):
         if self._failing:
             logger.info("The worker is recorded in the workers table again.")
             self._failing = False
-
-    def _tick(self) -> None:
-        self._safely(self.record)
-        if self._failing:
-            return  # the workers table cannot be read either
-        try:
-            self.warn_unhandled()
-        except Exception as exc:
-            connections[self.using].close()
-            if not self._check_failing:  # once per outage, as _safely does
-                self._check_failing = True
-                self._report(exc)
-        else:
-            self._check_failing = False
 
     def warn_unhandled(self) -> None:
         """Warn once per WARN_UNHANDLED_EVERY_S about each name due here that nothing handles."""

@@ -15,6 +15,7 @@ other workers' progress. Nothing is queried per schedule per second.
 from __future__ import annotations
 
 import logging
+import random
 import threading
 from collections.abc import Callable
 from contextlib import nullcontext, suppress
@@ -32,8 +33,12 @@ from .config import Schedule, configured_schedules
 # `cairnq_worker -v 2` shows its lines with the worker's own.
 logger = logging.getLogger("cairnq_django.worker.scheduler")
 
-# The longest the scheduler sleeps without re-reading the state table.
+# The longest the scheduler sleeps without re-reading the state table; each
+# such re-read comes at a random point of its last MAX_SLEEP_JITTER, so the
+# schedulers of a fleet started together do not read together. Occurrences
+# themselves are never moved.
 MAX_SLEEP_MS = 30_000
+MAX_SLEEP_JITTER = 0.5
 # Wake a little after an occurrence, never before it (clocks are read in ms).
 _WAKE_MARGIN_MS = 5
 # Backoff after the scheduler's database work fails.
@@ -120,7 +125,7 @@ class Scheduler:
         if len(states) < len(names):
             with self._write_gate:
                 states = state.ensure_states(self.using, names, now)
-        wake = now + MAX_SLEEP_MS
+        wake = now + round(MAX_SLEEP_MS * random.uniform(1 - MAX_SLEEP_JITTER, 1))  # noqa: S311 - jitter
         for schedule in self.schedules:
             if self._stopping.is_set():
                 break

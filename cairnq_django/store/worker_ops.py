@@ -17,6 +17,22 @@ from .encoding import LEASE_EXPIRED, error_json, record, result_json
 from .plumbing import StoreBase
 from .statements import Statement
 
+
+def drained_notify_sql(
+    using: str, queues: Sequence[str], key: str, names: Sequence[str]
+) -> tuple[str, list[Any]]:
+    """SELECT pg_notify(drained channel, key) if nothing is claimable for `names` (wakeup/drained.py)."""
+    from ..wakeup.drained import DRAINED_CHANNEL
+
+    shape = (len(queues), len(names))
+    probe, probe_params = q.HAS_CLAIMABLE.bind(using, q.draw_values(queues, names), shape)
+    # The probe is a compiled statement; every value in it is a bound parameter.
+    sql = (
+        f"SELECT pg_notify(%s, %s) FROM ({probe}) AS cairnq_probe (work, expired)"  # noqa: S608
+        " WHERE NOT cairnq_probe.work"
+    )
+    return sql, [DRAINED_CHANNEL, key, *probe_params]
+
 try:
     from psycopg import ClientCursor as _ClientCursor
 except ImportError:  # psycopg2, or no Postgres driver: the claim takes the usual path
@@ -53,11 +69,15 @@ class WorkerOperations(StoreBase):
         limit: int = 1,
         names: Sequence[str] | None = None,
         draws: Iterable[tuple[Sequence[str] | None, int]] | None = None,
+        announce: tuple[str, Sequence[str]] | None = None,
     ) -> list[TaskRecord]:
         """Recover expired leases, then take up to `limit` due tasks, in one transaction.
 
         `draws` lets a worker take several per-name quotas in the same
         transaction: each (names, limit) pair is one claim statement.
+        `announce` = (key, names): where the database has NOTIFY, the same
+        transaction tells the fleet when nothing claimable is left for those
+        names (wakeup/drained.py); elsewhere it is ignored.
         """
         if isinstance(queues, str):
             queues = [queues]
@@ -70,21 +90,27 @@ class WorkerOperations(StoreBase):
             for draw_names, draw_limit in (list(draws) if draws is not None else [(names, limit)])
             if draw_limit > 0 and (draw_names is None or draw_names)
         ]
+        if not self.dialect.has_listen_notify:
+            announce = None
         claimed = None
         if self.dialect.has_row_locks and len(plan) == 1:
-            claimed = self._claim_one_round_trip(queues, worker_id, lease_ms, *plan[0])
+            claimed = self._claim_one_round_trip(queues, worker_id, lease_ms, *plan[0], announce)
         if claimed is None:
-            claimed = self._claim_in_transaction(queues, worker_id, lease_ms, plan)
+            claimed = self._claim_in_transaction(queues, worker_id, lease_ms, plan, announce)
         claimed.sort(key=lambda t: (-t.priority, t.run_at_ms, t.id))
         return claimed
 
-    def _claim_in_transaction(self, queues, worker_id, lease_ms, plan) -> list[TaskRecord]:
+    def _claim_in_transaction(self, queues, worker_id, lease_ms, plan, announce=None) -> list[TaskRecord]:
         claimed: list[TaskRecord] = []
         with self.atomic():
             self.recover_leases()
             for draw_names, draw_limit in plan:  # already free of empty draws
                 values = {"worker_id": worker_id, "lease_ms": lease_ms, **q.draw_values(queues, draw_names)}
                 claimed += self._tasks(q.CLAIM, values, q.claim_shape(queues, draw_names, draw_limit))
+            if announce is not None:
+                sql, params = drained_notify_sql(self.using, queues, *announce)
+                with connections[self.using].cursor() as cursor:
+                    cursor.execute(sql, params)
         return claimed
 
     def _claim_one_round_trip(
@@ -94,6 +120,7 @@ class WorkerOperations(StoreBase):
         lease_ms: int,
         names: Sequence[str] | None,
         limit: int,
+        announce: tuple[str, Sequence[str]] | None = None,
     ) -> list[TaskRecord] | None:
         """Postgres: recover and claim as one two-statement query, one round trip.
 
@@ -123,7 +150,12 @@ class WorkerOperations(StoreBase):
                     q.CLAIM.template(self.using, shape)
             recover, recover_params = q.RECOVER.bind(self.using, values)
             claim, claim_params = q.CLAIM.bind(self.using, values, shape)
-            cursor.execute(f"{recover}; {claim}", recover_params + claim_params)
+            sql, params = f"{recover}; {claim}", recover_params + claim_params
+            if announce is not None:
+                # A third statement of the same transaction, seeing the claim's changes.
+                notify, notify_params = drained_notify_sql(self.using, queues, *announce)
+                sql, params = f"{sql}; {notify}", params + notify_params
+            cursor.execute(sql, params)
             cursor.nextset()
             return [record(row) for row in cursor.fetchall()]
 

@@ -40,6 +40,25 @@ class Wakeup:
             await asyncio.sleep(timeout_s)
         return False
 
+    # ---------------------------------------------------- fleet coordination
+    @property
+    def healthy(self) -> bool:
+        """Whether wakes are being delivered now, so the caller may poll rarely (see runner)."""
+        return False
+
+    @property
+    def hears_drained(self) -> bool:
+        """Whether this kind hears other workers' "drained" announcements (wakeup/drained.py)."""
+        return False
+
+    def drained_seen(self, key: str) -> int:
+        """How many "drained" announcements for `key` were heard so far (a baseline)."""
+        return 0
+
+    def wait_for_drained(self, key: str, since: int, timeout_s: float) -> bool:
+        """Wait until an announcement for `key` after `since` arrives; False at once here."""
+        return False
+
     def close(self) -> None:
         """Release the connection and thread behind this wakeup."""
 

@@ -22,6 +22,7 @@ from django.db import connections
 
 from ..conf import cairnq_settings
 from .base import RECONNECT_INITIAL_S, RECONNECT_MAX_S, Waits
+from .drained import DRAINED_CHANNEL
 from .probe import PROBE_CHANNEL, DeliveryProbe, describe
 
 logger = logging.getLogger("cairnq_django.wakeup")
@@ -110,6 +111,10 @@ class PostgresWakeup(Waits):
         # which they finished. A waiter wakes for finishes after its baseline.
         self._done_count = 0
         self._recent_done: OrderedDict[str, int] = OrderedDict()
+        # key -> "drained" announcements heard (wakeup/drained.py); only keys
+        # some waiter asked about, like _queued_seen.
+        self._drained_seen: dict[str, int] = {}
+        self._drained_waiting = 0
         self.backend_pid: int | None = None
         self.connects = 0
 
@@ -140,6 +145,7 @@ class PostgresWakeup(Waits):
                 conn.execute(f"LISTEN {DONE_CHANNEL}")
                 if self._probe is not None:
                     conn.execute(f"LISTEN {PROBE_CHANNEL}")
+                conn.execute(f"LISTEN {DRAINED_CHANNEL}")
                 with self._cond:
                     self._listening = True
                     self._epoch += 1
@@ -187,6 +193,12 @@ class PostgresWakeup(Waits):
                 if payload not in self._queued_seen:
                     return
                 self._queued_seen[payload] += 1
+            elif channel == DRAINED_CHANNEL:
+                if payload not in self._drained_seen:
+                    return
+                self._drained_seen[payload] += 1
+                if not self._drained_waiting:
+                    return  # only a deferring worker needs waking for it
             elif channel == DONE_CHANNEL:
                 self._done_count += 1
                 self._recent_done[payload] = self._done_count
@@ -221,6 +233,34 @@ class PostgresWakeup(Waits):
         with self._cond:
             self._local.queued = {q: self._queued_seen.get(q, 0) for q in queues}
         return woken
+
+    # ------------------------------------------------------ fleet coordination
+    @property
+    def healthy(self) -> bool:
+        # Behind PgBouncer's transaction pooling LISTEN succeeds but hears
+        # nothing: only a probe that was heard makes rare polling safe.
+        if not self._listening or self._closed:
+            return False
+        return self._probe is None or self._probe.delivering is True
+
+    @property
+    def hears_drained(self) -> bool:
+        return True
+
+    def drained_seen(self, key: str) -> int:
+        self._start()
+        with self._cond:
+            return self._drained_seen.setdefault(key, 0)
+
+    def wait_for_drained(self, key: str, since: int, timeout_s: float) -> bool:
+        with self._cond:
+            self._drained_seen.setdefault(key, 0)
+            self._drained_waiting += 1
+        try:
+            return self._wait_until(lambda: self._drained_seen[key] > since, timeout_s)
+        finally:
+            with self._cond:
+                self._drained_waiting -= 1
 
     def _done_predicate(self, task_id: str | None, base: int | None) -> Callable[[], bool]:
         """Return a check for finishes counted after `base` (None: from now on)."""

@@ -37,6 +37,7 @@ from ..records import TaskRecord
 from ..store import get_store
 from ..tables import check_tables
 from ..wakeup import Wakeup, get_wakeup
+from ..wakeup.drained import drained_key
 from .connections import WorkerConnectionPolicy
 from .context import TaskContext
 from .envelopes import shutdown_envelope, timeout_envelope
@@ -44,6 +45,7 @@ from .execution import Call, Execution
 from .heartbeat import Heartbeat
 from .inflight import InFlight
 from .options import WorkerOptions
+from .pacing import WakePacing, idle_poll_s
 from .planner import (
     Rotation,
     any_draw_filled,
@@ -112,6 +114,15 @@ class Worker:
         self.worker_id = f"worker_{ulid()}"
         self._rotation = Rotation(build_sources(self.handlers))
         self._work_likely = False
+        # Whether the next claim answers a wake, and this worker's turn after
+        # one (pacing.py): the fleet's answer to one NOTIFY is about one claim.
+        self._woken = False
+        # Whether the last poll may have left claimable work behind (it filled
+        # its slots, or a name's limit kept it from drawing): only then is a
+        # call ending a reason to look again before a wake says so.
+        self._left_work = False
+        self._pacing = WakePacing()
+        self._drained_key = drained_key(self.queues, self.handlers)
 
         self._in_flight = InFlight()
         self._changed = self._in_flight.changed
@@ -273,6 +284,7 @@ class Worker:
         retry_s = _DB_RETRY_FIRST_S
         refresh_at = 0.0
         while not self._stopping:
+            self._refresh_presence()
             if self.store.dialect.needs_periodic_analyze and time.monotonic() >= refresh_at:
                 refresh_at = time.monotonic() + _STATISTICS_EVERY_S
                 self._refresh_statistics()
@@ -342,6 +354,8 @@ class Worker:
         # claim that got all it asked for, or a wakeup, work is likely, and the
         # claim itself answers the same question one round trip sooner.
         likely, self._work_likely = self._work_likely, False
+        woken, self._woken = self._woken, False
+        self._left_work = False
         if not likely and not self.store.has_claimable(queues=self.queues, names=names):
             return 0
         pending = self._rotation.next_order()
@@ -354,14 +368,12 @@ class Worker:
             )
             if not draws:
                 break
-            with self._write_gate:
-                rows = self.store.claim(
-                    queues=self.queues, worker_id=self.worker_id,
-                    lease_ms=self.options.lease_ms,
-                    draws=[(list(d.source.names), d.limit) for d in draws],
-                )
-            filled = filled or any_draw_filled(draws, rows)
             drawn = [d.source for d in draws]
+            # Only a claim covering every name can tell the fleet it took all there was.
+            announce = woken and len(drawn) == len(pending) and self._wakeup.hears_drained
+            with self._write_gate:
+                rows = self._claim(draws, announce=announce)
+            filled = filled or any_draw_filled(draws, rows)
             pending = [s for s in pending if s not in drawn]
             calls = self._calls(fail_undecodable(rows, self._fail_unrun, self.report))
             for call in calls:
@@ -369,7 +381,18 @@ class Worker:
             started += len(calls)
             free -= len(calls)
         self._work_likely = filled
+        self._left_work = filled or bool(pending)
+        if woken:
+            self._pacing.woken_claim(started)
         return started
+
+    def _claim(self, draws: list[Any], *, announce: bool) -> list[TaskRecord]:
+        """One claim transaction; with `announce`, it tells the fleet if it left nothing behind."""
+        return self.store.claim(
+            queues=self.queues, worker_id=self.worker_id, lease_ms=self.options.lease_ms,
+            draws=[(list(d.source.names), d.limit) for d in draws],
+            announce=(self._drained_key, sorted(self.handlers)) if announce else None,
+        )
 
     def _fail_unrun(self, task: TaskRecord, envelope: dict[str, Any]) -> None:
         with self._write_gate:
@@ -437,6 +460,23 @@ class Worker:
             if remaining <= 0 or self._changed.wait(min(remaining, _SLICE_S)):
                 return
 
+    def _recheck_on_call_end(self) -> bool:
+        """Whether a call that ended is a reason to poll now.
+
+        It may have freed a slot (or a per-name one) for work the last poll
+        left behind. If that poll took everything, what the call enqueued (a
+        retry, children) sends its own NOTIFY, so with healthy wakeups a
+        probe per finished task would find nothing.
+        """
+        return self._left_work or not self._wakeup.healthy
+
+    def _stand_down(self, drained_before: int) -> bool:
+        """After a wake: whether a faster worker took all the work while this one deferred."""
+        deferral = self._pacing.deferral_s()
+        if deferral <= 0 or not self._wakeup.hears_drained:
+            return False
+        return self._wakeup.wait_for_drained(self._drained_key, drained_before, deferral)
+
     def _sleep(self, seconds: float) -> None:
         deadline = time.monotonic() + seconds
         while not self._stopping and time.monotonic() < deadline:
@@ -445,16 +485,22 @@ class Worker:
     def _idle(self) -> None:
         """Sleep a poll interval on the wakeup, cut short by a wake or a call that ended."""
         release(self.using)  # a pooled connection is not held while idle
-        deadline = time.monotonic() + self.options.poll_ms / 1000
+        deadline = time.monotonic() + idle_poll_s(self.options.poll_ms, self._wakeup.healthy)
         while not self._stopping:
             remaining = deadline - time.monotonic()
-            # A call that ended may have freed a per-name slot: look again.
-            if remaining <= 0 or self._changed.is_set():
+            if remaining <= 0 or self._changed.is_set() and self._recheck_on_call_end():
                 return
             step = min(remaining, _SLICE_S)
+            # The workers-table row is refreshed from here too: a healthy
+            # wakeup's poll interval can be longer than its report interval.
+            self._refresh_presence()
             try:
+                drained_before = self._wakeup.drained_seen(self._drained_key)
                 if self._wakeup.wait_for_queued(self.queues, step):
+                    if self._stand_down(drained_before):
+                        continue
                     self._work_likely = True
+                    self._woken = True
                     return
             except Exception as exc:
                 self.report(exc, phase="wakeup")
@@ -477,14 +523,20 @@ class Worker:
 
     # ------------------------------------------------------------ presence
     def _start_presence(self) -> None:
-        """Record this worker in the workers table on a timer (cairnq_status shows it)."""
+        """Record this worker in the workers table, refreshed by the loop (cairnq_status shows it)."""
         from ..observability.presence import Presence
 
         self._presence = Presence(
             worker=self, interval_ms=cairnq_settings.WORKER_REPORT_INTERVAL,
             running=lambda: len(self._in_flight.contexts()), report=self.report,
         )
-        self._presence.start()
+        self._refresh_presence()
+
+    def _refresh_presence(self) -> None:
+        """On the loop's own session: no extra connection per worker for a write every 10 s."""
+        if self._presence is not None and time.monotonic() >= self._presence.due_at:
+            with self._write_gate:
+                self._presence.tick()
 
     # ------------------------------------------------------------ shutdown
     def _shutdown(self) -> None:
@@ -517,7 +569,8 @@ class Worker:
             self._loop_thread.stop()
         self.settler.stop()
         if self._presence is not None:
-            self._presence.stop()  # deletes this worker's row
+            with self._write_gate:
+                self._presence.stop()  # deletes this worker's row
         with suppress(Exception):
             self._wakeup.close()
         _close_connection(self.using)

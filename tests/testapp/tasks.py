@@ -151,3 +151,19 @@ def orm_write(ctx, payload):
         # Hold the connection a moment, as a real handler's transaction would.
         time.sleep((payload or {}).get("hold_s", 0.005))
         return {"groups": Group.objects.filter(name__startswith="pool-").count()}
+
+
+@task("tests.journal")
+def journal(ctx, payload):
+    """Append '<task id> <attempt> <worker id>' to the file CAIRNQ_TEST_JOURNAL names.
+
+    No database session of its own (a fleet of workers whose handler threads
+    each held one would not fit in max_connections), and one O_APPEND write
+    per run, which the kernel keeps whole however many processes write.
+    """
+    fd = os.open(os.environ["CAIRNQ_TEST_JOURNAL"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, f"{ctx.task_id} {ctx.attempt} {ctx.worker_id}\n".encode())
+    finally:
+        os.close(fd)
+    return None

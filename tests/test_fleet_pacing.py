@@ -1,0 +1,233 @@
+"""A fleet of idle workers costs the database what one costs: no herd, rare polls, two sessions.
+
+- Every NOTIFY reaches every idle worker; only about one of them claims
+  (worker/pacing.py, wakeup/drained.py).
+- With healthy wakeups an idle worker probes every few poll intervals, not
+  every one.
+- An idle worker process holds two sessions (its loop's and its listener's):
+  presence is written on the loop's session.
+"""
+
+import random
+import threading
+import time
+
+import pytest
+from django.db import connection, connections
+
+from cairnq_django import enqueue, get
+from cairnq_django.wakeup import PostgresWakeup, get_wakeup
+from cairnq_django.wakeup.drained import drained_key
+from cairnq_django.wakeup.postgres import postgres_params
+from cairnq_django.worker import Registry, Worker
+from cairnq_django.worker.pacing import (
+    DEFER_FIRST_S,
+    DEFER_MAX_S,
+    HEALTHY_POLL_FACTOR,
+    WakePacing,
+    idle_poll_s,
+)
+from tests.workerutil import WorkerProcess, wait_for
+
+only_postgres = pytest.mark.skipif(connection.vendor != "postgresql", reason="LISTEN/NOTIFY")
+
+
+# ------------------------------------------------------------------ decisions
+def test_a_worker_that_won_claims_at_once_and_one_that_lost_defers_longer_each_time():
+    pacing = WakePacing(random.Random(1))
+    assert pacing.deferral_s() == 0
+    pacing.woken_claim(started=0)
+    first = pacing.deferral_s()
+    assert DEFER_FIRST_S <= first <= 2 * DEFER_FIRST_S
+    for _ in range(10):
+        pacing.woken_claim(started=0)
+    assert DEFER_MAX_S <= pacing.deferral_s() <= 2 * DEFER_MAX_S
+    pacing.woken_claim(started=1)
+    assert pacing.deferral_s() == 0
+
+
+def test_healthy_wakeups_stretch_the_idle_poll_with_jitter():
+    rng = random.Random(2)
+    assert idle_poll_s(1000, healthy_wakeups=False, rng=rng) == 1.0
+    polls = {idle_poll_s(1000, healthy_wakeups=True, rng=rng) for _ in range(50)}
+    assert len(polls) > 1  # spread, so a fleet started together drifts apart
+    assert all(0.75 * HEALTHY_POLL_FACTOR <= p <= 1.25 * HEALTHY_POLL_FACTOR for p in polls)
+
+
+# ------------------------------------------------------------ announcements
+@only_postgres
+def test_a_claim_that_leaves_nothing_announces_it_and_one_that_leaves_work_does_not(live_store):
+    key = drained_key(["default"], ["t.a"])
+    listener = PostgresWakeup(postgres_params("default"))
+    try:
+        assert listener.ready(10)
+        seen = listener.drained_seen(key)
+        enqueue("t.a", {})
+        enqueue("t.a", {})
+        # Takes one of two: work is left, so nothing is announced.
+        live_store.claim(queues=["default"], worker_id="w1", limit=1, names=["t.a"],
+                         announce=(key, ["t.a"]))
+        # Takes the last one: announced, in the claim's own transaction.
+        live_store.claim(queues=["default"], worker_id="w1", limit=1, names=["t.a"],
+                         announce=(key, ["t.a"]))
+        assert listener.wait_for_drained(key, seen, 10)
+        assert listener.drained_seen(key) == seen + 1
+    finally:
+        listener.close()
+
+
+@only_postgres
+def test_an_announcement_only_counts_for_the_same_queues_and_names(live_store):
+    mine = drained_key(["default"], ["t.a", "t.b"])
+    other = drained_key(["default"], ["t.a"])
+    assert mine == drained_key(["default"], ["t.b", "t.a"])
+    listener = PostgresWakeup(postgres_params("default"))
+    try:
+        assert listener.ready(10)
+        seen = listener.drained_seen(mine)
+        live_store.claim(queues=["default"], worker_id="w1", names=["t.a"], announce=(other, ["t.a"]))
+        assert not listener.wait_for_drained(mine, seen, 0.5)
+    finally:
+        listener.close()
+
+
+# --------------------------------------------------------------------- herd
+class _Counting:
+    """Count the store's claims and probes (the calls pass through unchanged)."""
+
+    def __init__(self, store):
+        self.claims = 0
+        self.probes = 0
+        self._lock = threading.Lock()
+        self._store = store
+        self._claim, self._probe = store.claim, store.has_claimable
+        store.claim, store.has_claimable = self.claim, self.probe
+
+    def restore(self):
+        # The store is the alias's one instance: later tests must get it back unwrapped.
+        del self._store.claim, self._store.has_claimable
+
+    def claim(self, **kwargs):
+        with self._lock:
+            self.claims += 1
+        return self._claim(**kwargs)
+
+    def probe(self, **kwargs):
+        with self._lock:
+            self.probes += 1
+        return self._probe(**kwargs)
+
+
+def _start(workers):
+    threads = [threading.Thread(target=w.run, daemon=True) for w in workers]
+    for thread in threads:
+        thread.start()
+    return threads
+
+
+def _stop(workers, threads):
+    for worker in workers:
+        worker.stop()
+    for thread in threads:
+        thread.join(30)
+
+
+@only_postgres
+def test_one_notify_is_answered_by_about_one_claim_however_many_workers_sleep(live_store):
+    reg = Registry()
+    reg.register("herd.noop", lambda ctx, payload: None)
+    workers = [Worker(registry=reg, concurrency=2, scheduler=False) for _ in range(8)]
+    counting = _Counting(workers[0].store)  # one store object per alias, shared
+    wakeup = get_wakeup("default")
+    threads = _start(workers)
+    try:
+        assert wakeup.ready(10)
+        wait_for(lambda: wakeup.waiting >= len(workers), timeout=30)
+        before = counting.claims
+        tasks = 20
+        for _ in range(tasks):
+            task = enqueue("herd.noop", {})
+            wait_for(lambda t=task: get(t.id).status == "succeeded", timeout=30)
+            time.sleep(0.05)
+        claims = counting.claims - before
+    finally:
+        _stop(workers, threads)
+        counting.restore()
+    # Each worker claimed for every task before (8 x 20 = 160). Now the
+    # winner claims; the others learn within a few wakes and defer.
+    assert claims <= 2 * tasks + 3 * len(workers), claims
+
+
+@only_postgres
+def test_a_task_enqueued_while_the_only_worker_defers_is_still_run(live_store):
+    reg = Registry()
+    reg.register("herd.noop", lambda ctx, payload: "ran")
+    worker = Worker(registry=reg, concurrency=1, scheduler=False)
+    for _ in range(10):
+        worker._pacing.woken_claim(started=0)  # as if it lost many races
+    assert worker._pacing.defers
+    threads = _start([worker])
+    try:
+        assert get_wakeup("default").ready(10)
+        task = enqueue("herd.noop", {})
+        # No other worker announces anything: the deferral runs out and it claims.
+        done = wait_for(lambda: get(task.id).status == "succeeded" and get(task.id), timeout=30)
+    finally:
+        _stop([worker], threads)
+    assert done.result == "ran"
+
+
+@only_postgres
+def test_an_idle_worker_with_healthy_wakeups_does_not_probe_every_poll_interval(live_store):
+    reg = Registry()
+    reg.register("herd.noop", lambda ctx, payload: None)
+    worker = Worker(registry=reg, concurrency=1, scheduler=False, poll_ms=500)
+    counting = _Counting(worker.store)
+    wakeup = get_wakeup("default")
+    threads = _start([worker])
+    try:
+        assert wakeup.ready(10)
+        wait_for(lambda: wakeup.waiting >= 1, timeout=30)
+        time.sleep(0.8)  # past the one poll interval it may start with
+        before = counting.probes
+        time.sleep(1.8)
+        probes = counting.probes - before
+    finally:
+        _stop([worker], threads)
+        counting.restore()
+    # Every 500 ms before (3-4 here); now 5 intervals apart, +-25 %.
+    assert probes <= 1
+
+
+@only_postgres
+@pytest.mark.slow
+def test_an_idle_worker_process_holds_two_sessions(live_store, child_env):
+    name = connections["default"].settings_dict["NAME"]
+    with connections["default"].cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        (mine,) = cursor.fetchone()
+
+    def sessions():
+        with connections["default"].cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND pid <> %s",
+                [name, mine],
+            )
+            return cursor.fetchone()[0]
+
+    worker = WorkerProcess(child_env, "--concurrency", "4", "-v", "2")
+    try:
+        wait_for(lambda: "starting" in worker.output(), timeout=90)
+        wait_for(lambda: _recorded(), timeout=60)
+        time.sleep(1.0)
+        held = sessions()
+    finally:
+        worker.stop()
+    # The claim loop's session and the listener's; presence used a third.
+    assert held == 2, held
+
+
+def _recorded() -> bool:
+    with connections["default"].cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM cairnq_django_workers")
+        return cursor.fetchone()[0] > 0
