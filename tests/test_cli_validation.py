@@ -17,6 +17,9 @@ from django.core.management.base import CommandError
 
 from cairnq_django.validators import cli_database, cli_integer
 
+# Every alias of the test settings (a PgBouncer run adds "bouncer").
+KNOWN_ALIASES = ", ".join(sorted(settings.DATABASES))
+
 BAD_OPTIONS = [
     ("cairnq_sweep", ["--older-than", "1h", "--batch-size", "0"],
      "argument --batch-size: expected an integer >= 1, got '0'"),
@@ -28,20 +31,20 @@ BAD_OPTIONS = [
      "argument --older-than: 'soon' is not a duration; write a number of milliseconds or a "
      "number with a unit (ms, s, m, h, d, w), e.g. 30m, 2h or 7d."),
     ("cairnq_sweep", ["--older-than", "1h", "--database", "nope"],
-     "argument --database: 'nope' is not in settings.DATABASES; use one of default"),
+     f"argument --database: 'nope' is not in settings.DATABASES; use one of {KNOWN_ALIASES}"),
     ("cairnq_schedule", ["--next", "0"], "argument --next: expected an integer >= 1, got '0'"),
     ("cairnq_schedule", ["--next", "x"], "argument --next: expected an integer, got 'x'"),
     ("cairnq_schedule", ["--next", "1001"],
      "argument --next: expected an integer <= 1000, got '1001'"),
     ("cairnq_schedule", ["--database", "nope"],
-     "argument --database: 'nope' is not in settings.DATABASES; use one of default"),
+     f"argument --database: 'nope' is not in settings.DATABASES; use one of {KNOWN_ALIASES}"),
     ("cairnq_status", ["--database", "nope"],
-     "argument --database: 'nope' is not in settings.DATABASES; use one of default"),
+     f"argument --database: 'nope' is not in settings.DATABASES; use one of {KNOWN_ALIASES}"),
     ("cairnq_health", ["--max-age", "5 minutes"],
      "argument --max-age: '5 minutes' is not a duration; write a number of milliseconds or a "
      "number with a unit (ms, s, m, h, d, w), e.g. 30m, 2h or 7d."),
     ("cairnq_health", ["--database", "nope"],
-     "argument --database: 'nope' is not in settings.DATABASES; use one of default"),
+     f"argument --database: 'nope' is not in settings.DATABASES; use one of {KNOWN_ALIASES}"),
 ]
 IDS = [f"{command} {' '.join(args[-2:])}" for command, args, _ in BAD_OPTIONS]
 
@@ -97,6 +100,6 @@ def test_cli_database_lists_the_known_aliases():
         assert cli_database("other") == "other"
         with pytest.raises(
             argparse.ArgumentTypeError,
-            match=r"^'x' is not in settings.DATABASES; use one of default, other$",
+            match=rf"^'x' is not in settings.DATABASES; use one of {KNOWN_ALIASES}, other$",
         ):
             cli_database("x")
