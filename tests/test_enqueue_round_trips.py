@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
+import sys
 import tempfile
 import uuid
 from collections.abc import Iterator
@@ -216,3 +218,34 @@ def test_a_keyed_enqueue_rolls_back_with_the_caller(warm):
         raise RuntimeError("the caller's own write failed")
     assert cairnq_django.get_by_key(key) is None
     assert cairnq_django.enqueue("tests.echo", key=key).status == "queued"
+
+
+# ---------------------------------------------------------------- the worker's side
+def test_a_postgres_claim_in_autocommit_stays_one_round_trip(warm):
+    """The recovery and the claim go out as one query (worker_ops), which needs
+    psycopg's client-side cursor to be recognised without importing psycopg."""
+    if connection.vendor != "postgresql":
+        pytest.skip("SQLite has no round trips to count")
+    cairnq_django.enqueue("tests.echo")
+    store = warm
+    store.claim(queues=["default"], worker_id="warm-up", limit=1)  # compiles the statements
+    cairnq_django.enqueue("tests.echo")
+    with statements() as seen:
+        [claimed] = store.claim(queues=["default"], worker_id="w", limit=1)
+    assert claimed.name == "tests.echo"
+    assert len(seen) == 1
+
+
+def test_a_sqlite_worker_does_not_load_psycopg(child_env):
+    """Importing psycopg and libpq cost a SQLite worker ~50 ms of its start-up."""
+    if connection.vendor != "sqlite":
+        pytest.skip("Django's PostgreSQL backend loads psycopg itself")
+    code = (
+        "import sys, django; django.setup(); "
+        "import cairnq_django.store.base, cairnq_django.worker.runner, cairnq_django.client; "
+        "print('psycopg' in sys.modules)"
+    )
+    found = subprocess.run(
+        [sys.executable, "-c", code], env=child_env, capture_output=True, text=True, check=True
+    )
+    assert found.stdout.strip() == "False", found.stderr
