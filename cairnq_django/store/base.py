@@ -17,7 +17,7 @@ import builtins  # Store.list() shadows `list` in the annotations of the methods
 from collections.abc import Sequence
 from typing import Any, cast
 
-from django.db import connections
+from django.db import connections, transaction
 from django.db.models import Count
 
 from .. import jsoncodec
@@ -163,11 +163,28 @@ class Store(WorkerOperations):
     def submit_prepared(
         self, spec: dict[str, Any], *, key: str | None = None, conflict: str = DEFAULT_CONFLICT
     ) -> TaskRecord:
-        """Write a task validated by `prepare`."""
+        """Write a task validated by `prepare`.
+
+        An unkeyed task is one INSERT, which commits by itself in autocommit
+        mode: a transaction around it would only add BEGIN and COMMIT.
+
+        A keyed one (lock the key, read its task, write up to three rows) runs
+        in a transaction, and inside the caller's it runs in the caller's one
+        without a savepoint of its own, as Django's multi-statement writes
+        (`Model.save()` of a child model, `bulk_create()`) do: a database error
+        part-way marks the caller's transaction for rollback, so nothing
+        half-written can commit, without the two round trips of SAVEPOINT and
+        RELEASE on every keyed enqueue. `AlreadyExists` is decided before
+        anything is written, so it leaves the caller's transaction usable.
+        """
         if key is None:
             return self._insert([spec])[0]
-        with self.atomic():
-            return self._submit_keyed(spec, key, conflict)
+        with transaction.atomic(using=self.using, savepoint=False):
+            try:
+                return self._submit_keyed(spec, key, conflict)
+            except AlreadyExists as exc:
+                rejected = exc
+        raise rejected
 
     def _submit_keyed(self, spec: dict[str, Any], key: str, conflict: str) -> TaskRecord:
         self._lock_key(key)
