@@ -30,12 +30,16 @@ def format_time(ms: int | None) -> str:
     moment = ms_to_datetime(ms)
     if moment is None:
         return "-"
+    return format_html('<time datetime="{}">{}</time>', moment.isoformat(), _to_the_ms(moment))
+
+
+def _to_the_ms(moment: datetime) -> str:
+    """Local date and time to the millisecond, with the zone's abbreviation."""
     local = timezone.localtime(moment)
-    text = (
+    return (
         f"{dateformat.format(local, 'Y-m-d H:i:s')}.{local.microsecond // 1000:03d}"
         f" {dateformat.format(local, 'T')}"
     )
-    return format_html('<time datetime="{}">{}</time>', moment.isoformat(), text)
 
 
 def compact_time(ms: int | None) -> str:
@@ -49,10 +53,7 @@ def compact_time(ms: int | None) -> str:
     if moment is None:
         return "-"
     local = timezone.localtime(moment)
-    full = (
-        f"{dateformat.format(local, 'Y-m-d H:i:s')}.{local.microsecond // 1000:03d}"
-        f" {dateformat.format(local, 'T')}"
-    )
+    full = _to_the_ms(moment)
     return format_html(
         '<time datetime="{}" title="{}"><span class="cq-nowrap">{}</span> '
         '<span class="cq-nowrap">{}</span></time>',
