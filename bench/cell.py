@@ -37,12 +37,15 @@ class WorkerProcess:
     """The system's own worker, started as its users would start it."""
 
     def __init__(self, cmd: list[str], stamp: str | None = None, setting: str | None = None) -> None:
-        env = dict(os.environ, DJANGO_SETTINGS_MODULE="bench.project.settings", PYTHONPATH=ROOT)
+        # The harness's PYTHONPATH puts a --baseline checkout ahead of this tree.
+        env = dict(os.environ, DJANGO_SETTINGS_MODULE="bench.project.settings")
+        env.setdefault("PYTHONPATH", ROOT)
         env.update(setting_env(setting))
         if stamp:
             env["BENCH_STAMP"] = stamp
         self.log = open(os.path.join(LOG_DIR, f"worker-{SYSTEM}-{BACKEND}.log"), "ab")
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=self.log, stderr=self.log)
+        # The harness's working directory: a --baseline run starts in its checkout.
+        self.proc = subprocess.Popen(cmd, cwd=os.getcwd(), env=env, stdout=self.log, stderr=self.log)
 
     def cpu_seconds(self) -> float:
         with open(f"/proc/{self.proc.pid}/stat") as f:
@@ -109,7 +112,8 @@ def _drain(adapter, args, target: int, probe: Probe) -> dict:
 
     On PostgreSQL also the transactions per task (every transaction on the
     database while the worker ran, its start-up and the progress reads
-    included) and the most sessions the worker held at once.
+    included) and the most sessions the worker held at once. On both, the
+    worker's CPU (user+sys, from spawn to the last task) per task.
     """
     counters = ServerCounters() if BACKEND == "postgres" else None
     if counters is not None:
@@ -132,9 +136,11 @@ def _drain(adapter, args, target: int, probe: Probe) -> dict:
             if counters is not None:
                 peak_sessions = max(peak_sessions, counters.sessions() - own_sessions)
             time.sleep(0.25)
+        cpu = worker.cpu_seconds()
     finally:
         worker.stop()
-    result = {"rate": (count - 1) / (last - first), "done": count, "window": last - first}
+    result = {"rate": (count - 1) / (last - first), "done": count, "window": last - first,
+              "cpu_us_per_task": cpu / target * 1e6}
     if counters is not None:
         time.sleep(1.1)  # the probe's own counts, too, before they are subtracted
         result["xact_per_task"] = (counters.xacts() - xacts_before - polls) / target
@@ -273,6 +279,9 @@ def main() -> None:
     args = parser.parse_args()
     adapter = get_adapter()
     result = WORKLOADS[args.workload](adapter, args)
+    ours = sys.modules.get("cairnq_django")
+    if ours is not None:  # which checkout ran: this tree or a --baseline one
+        result["code"] = os.path.dirname(os.path.dirname(ours.__file__ or ""))
     print(json.dumps(result), flush=True)
 
 

@@ -23,6 +23,7 @@ from . import limits
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PG = limits.PG
 SYSTEMS = ["cairnq_django", "django_tasks_db", "procrastinate", "cairnq"]
+BASELINE = "baseline"  # the system name of `--baseline REF`: ours at REF
 BACKENDS = ["sqlite", "postgres"]
 WORKLOADS = ["w1", "w1b", "w2", "w2t", "w3", "w4", "w5"]
 
@@ -63,8 +64,9 @@ def log(msg: str) -> None:
 class Databases:
     """Fresh, migrated databases per cell: Postgres via createdb -T, SQLite by file copy."""
 
-    def __init__(self, workdir: str) -> None:
+    def __init__(self, workdir: str, baseline_code: str | None = None) -> None:
         self.workdir = workdir
+        self.baseline_code = baseline_code
         os.makedirs(workdir, exist_ok=True)
 
     def _pg(self, *args: str) -> None:
@@ -91,7 +93,7 @@ class Databases:
             cmd = [sys.executable, "-c", code]
         else:
             cmd = [sys.executable, "-m", "django", "migrate", "-v", "0"]
-        subprocess.run(cmd, cwd=ROOT, env=env, check=True)
+        subprocess.run(cmd, cwd=self.cwd(system), env=env, check=True)
         if backend == "sqlite":
             _checkpoint(name)
 
@@ -139,7 +141,16 @@ class Databases:
             if os.path.exists(path + suffix):
                 os.unlink(path + suffix)
 
+    def cwd(self, system: str) -> str:
+        """Where a system's processes start: `python -m` puts that directory first on sys.path."""
+        return self.baseline_code if system == BASELINE and self.baseline_code else ROOT
+
     def env(self, system: str, backend: str, db: str) -> dict:
+        path = ROOT
+        if system == BASELINE:
+            # Ours at the baseline commit: its package ahead of this tree's,
+            # everything else (bench code, settings, peers) the same.
+            system, path = "cairnq_django", f"{self.baseline_code}{os.pathsep}{ROOT}"
         return dict(
             os.environ,
             BENCH_SYSTEM=system,
@@ -147,7 +158,7 @@ class Databases:
             BENCH_DB=db,
             BENCH_LOG_DIR=self.workdir,
             DJANGO_SETTINGS_MODULE="bench.project.settings",
-            PYTHONPATH=ROOT,
+            PYTHONPATH=path,
         )
 
 
@@ -167,7 +178,7 @@ def run_cell(
     db = dbs.fresh(system, backend, template)
     out = subprocess.run(
         [sys.executable, "-m", "bench.cell", *args],
-        cwd=ROOT, env=dbs.env(system, backend, db), capture_output=True, text=True,
+        cwd=dbs.cwd(system), env=dbs.env(system, backend, db), capture_output=True, text=True,
     )
     if out.returncode != 0:
         tail = "\n".join(out.stderr.strip().splitlines()[-6:])
@@ -210,6 +221,9 @@ def main() -> None:
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
     parser.add_argument("--limit-seconds", type=float, default=None)
     parser.add_argument("--workdir", default="/tmp/cairnq_bench")
+    parser.add_argument("--baseline", metavar="REF", default=None,
+                        help="also run ours at git commit REF (its cairnq_django/ package only),"
+                             " right after ours in every cell, for a before/after in one run")
     parser.add_argument("--write-docs", action="store_true",
                         help="replace the results in docs/benchmarks.md (and, for a run of both"
                              " backends, the README table)")
@@ -218,7 +232,13 @@ def main() -> None:
     backends = opts.backends.split(",")
     systems = opts.systems.split(",")
     workloads = opts.workloads.split(",")
-    dbs = Databases(opts.workdir)
+    baseline_ref = baseline_code = None
+    if opts.baseline:
+        baseline_ref, baseline_code = _extract_baseline(opts.baseline, opts.workdir)
+        if BASELINE not in systems:
+            systems.insert(systems.index("cairnq_django") + 1 if "cairnq_django" in systems else 0,
+                           BASELINE)
+    dbs = Databases(opts.workdir, baseline_code)
     limit_s = opts.limit_seconds or (3 if opts.quick else 10)
     started = dt.datetime.now(dt.UTC)
     results: dict = {
@@ -226,6 +246,7 @@ def main() -> None:
         "command": "bench/run " + " ".join(sys.argv[1:]),
         "machine": _machine(),
         "reps": reps,
+        "baseline": baseline_ref,
         "limits": {},
         "cells": [],
     }
@@ -243,7 +264,7 @@ def main() -> None:
             log(f"== {backend}/{system}: migrating template")
             dbs.template(system, backend)
             for workload in workloads:
-                if workload == "w5" and system != "cairnq_django":
+                if workload == "w5" and system != "cairnq_django":  # the baseline too: 1M rows
                     continue
                 if workload == "w1b" and system in NO_BULK_API:
                     continue
@@ -256,7 +277,7 @@ def main() -> None:
                         subprocess.run(
                             [sys.executable, "-m", "bench.cell", "fill", "--rows", rows,
                              "--filler", filler],
-                            cwd=ROOT, env=dbs.env(system, backend, template), check=True,
+                            cwd=dbs.cwd(system), env=dbs.env(system, backend, template), check=True,
                         )
                         if backend == "sqlite":
                             _checkpoint(template)
@@ -305,10 +326,23 @@ def main() -> None:
     log(f"results: bench/results/{stamp}.json")
 
 
+def _extract_baseline(ref: str, workdir: str) -> tuple[str, str]:
+    """Write REF's cairnq_django/ into the workdir; return (short commit id, directory)."""
+    commit = subprocess.run(["git", "rev-parse", "--short", ref], cwd=ROOT, check=True,
+                            capture_output=True, text=True).stdout.strip()
+    target = os.path.join(workdir, f"baseline-{commit}")
+    shutil.rmtree(target, ignore_errors=True)
+    os.makedirs(target)
+    archive = subprocess.run(["git", "archive", commit, "cairnq_django"], cwd=ROOT, check=True,
+                             capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", target], input=archive, check=True)
+    return commit, target
+
+
 def _tune(dbs: Databases, system: str, backend: str, args: list[str]) -> list[str]:
     """Try each tuning candidate once; return the fastest as a one-item list."""
     best, best_rate = None, -1.0
-    for setting in TUNING.get(system, []):
+    for setting in TUNING.get("cairnq_django" if system == BASELINE else system, []):
         try:
             rate = run_cell(dbs, system, backend, [*args, "--setting", setting])["rate"]
         except RuntimeError as exc:

@@ -9,6 +9,8 @@ NAMES = {
     "django_tasks_db": "django-tasks-db",
     "procrastinate": "Procrastinate",
     "cairnq": "cairnq 0.15.1",
+    # Ours at another commit (`bench/run --baseline REF`), for before/after.
+    "baseline": "ours at baseline",
 }
 PEERS = ["django_tasks_db", "procrastinate", "cairnq"]
 # (workload, field, label, higher_is_better)
@@ -18,6 +20,8 @@ ROWS = [
     ("w2", "rate", "W2 drain, defaults (tasks/s)", True),
     ("w2t", "rate", "W2 drain, best setting (tasks/s)", True),
     ("w2", "xact_per_task", "W2 database transactions per task, defaults", False),
+    ("w2", "cpu_us_per_task", "W2 worker CPU per task (µs, user+sys from spawn), defaults", False),
+    ("w2t", "cpu_us_per_task", "W2 worker CPU per task (µs), best setting", False),
     ("w2", "sessions_per_worker", "W2 sessions per worker process (most at once), defaults", False),
     ("w3", "p50", "W3 pickup p50 (ms)", False),
     ("w3", "p95", "W3 pickup p95 (ms)", False),
@@ -68,9 +72,12 @@ def render(results: dict) -> str:
             f"{_fmt(limit, 0)} commits/s"
         )
         out.append("")
-        out.append("| workload | " + " | ".join(NAMES[s] for s in systems)
-                   + " | ours ÷ best peer | ours vs DB limit |")
-        out.append("|---" * (len(systems) + 3) + "|")
+        names = dict(NAMES, baseline=f"ours at {results.get('baseline')}")
+        has_baseline = "baseline" in systems
+        out.append("| workload | " + " | ".join(names[s] for s in systems)
+                   + " | ours ÷ best peer | ours vs DB limit |"
+                   + (" ours ÷ baseline |" if has_baseline else ""))
+        out.append("|---" * (len(systems) + 3 + has_baseline) + "|")
         for workload, field, label, higher in ROWS:
             stats = {}
             for s in systems:
@@ -100,7 +107,12 @@ def render(results: dict) -> str:
                 versus = f"{ours / limit['median'] * 100:.0f}%"
             elif ours and field in ("p50", "p95"):
                 versus = f"{ours / (1000 / limit['median']):.1f} commit times"
-            out.append("| " + " | ".join(row + [ratio, versus]) + " |")
+            extra = []
+            if has_baseline:
+                before = stats.get("baseline", {}).get("median")
+                extra = [f"{(ours / before if higher else before / ours):.2f}×"
+                         if ours and before and field != "idle_cpu_pct" else "—"]
+            out.append("| " + " | ".join(row + [ratio, versus, *extra]) + " |")
         out.append("")
         w5 = [c for c in results["cells"] if c["backend"] == backend and c["workload"] == "w5"]
         if w5:
