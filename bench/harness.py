@@ -223,7 +223,8 @@ def main() -> None:
     parser.add_argument("--workdir", default="/tmp/cairnq_bench")
     parser.add_argument("--baseline", metavar="REF", default=None,
                         help="also run ours at git commit REF (its cairnq_django/ package only),"
-                             " right after ours in every cell, for a before/after in one run")
+                             " taking turns with ours rep by rep in every cell but W5, for a"
+                             " before/after in one run")
     parser.add_argument("--write-docs", action="store_true",
                         help="replace the results in docs/benchmarks.md (and, for a run of both"
                              " backends, the README table)")
@@ -235,9 +236,6 @@ def main() -> None:
     baseline_ref = baseline_code = None
     if opts.baseline:
         baseline_ref, baseline_code = _extract_baseline(opts.baseline, opts.workdir)
-        if BASELINE not in systems:
-            systems.insert(systems.index("cairnq_django") + 1 if "cairnq_django" in systems else 0,
-                           BASELINE)
     dbs = Databases(opts.workdir, baseline_code)
     limit_s = opts.limit_seconds or (3 if opts.quick else 10)
     started = dt.datetime.now(dt.UTC)
@@ -261,10 +259,14 @@ def main() -> None:
         for system in systems:
             if system == "procrastinate" and backend == "sqlite":
                 continue
-            log(f"== {backend}/{system}: migrating template")
-            dbs.template(system, backend)
+            # Ours and the baseline take turns, repetition by repetition, so a
+            # change in the machine's load lands on both.
+            partners = [BASELINE] if baseline_code and system == "cairnq_django" else []
+            for who in (system, *partners):
+                log(f"== {backend}/{who}: migrating template")
+                dbs.template(who, backend)
             for workload in workloads:
-                if workload == "w5" and system != "cairnq_django":  # the baseline too: 1M rows
+                if workload == "w5" and system != "cairnq_django":
                     continue
                 if workload == "w1b" and system in NO_BULK_API:
                     continue
@@ -285,25 +287,35 @@ def main() -> None:
                     settings = [None]
                     if workload == "w2t":
                         settings = _tune(dbs, system, backend, args)
+                    # W5's million rows are filled for ours only; the baseline
+                    # runs every other cell at ours' (tuned) setting.
+                    turns = (system,) if workload == "w5" else (system, *partners)
                     for setting in settings:
                         full = args + (["--setting", setting] if setting else [])
-                        runs = []
+                        runs: dict[str, list[dict]] = {who: [] for who in turns}
+                        failed: set[str] = set()  # a system that failed sits the rest out
                         for _ in range(reps):
-                            try:
-                                runs.append(run_cell(dbs, system, backend, full, template))
-                            except RuntimeError as exc:
-                                log(f"   ERROR {exc}")
-                                break
-                        if not runs:
-                            continue
-                        summary = summarize(runs)
-                        cell = {
-                            "backend": backend, "system": system, "workload": workload,
-                            "args": full, "setting": setting, "summary": summary, "runs": runs,
-                        }
-                        results["cells"].append(cell)
-                        log(f"   {workload} {' '.join(full[1:])}: {_brief(summary)}")
-            dbs.drop_all(system, backend)
+                            for who in turns:
+                                if who in failed:
+                                    continue
+                                try:
+                                    runs[who].append(run_cell(dbs, who, backend, full, template))
+                                except RuntimeError as exc:
+                                    log(f"   ERROR {exc}")
+                                    failed.add(who)
+                        for who, done in runs.items():
+                            if not done:
+                                continue
+                            summary = summarize(done)
+                            cell = {
+                                "backend": backend, "system": who, "workload": workload,
+                                "args": full, "setting": setting, "summary": summary,
+                                "runs": done,
+                            }
+                            results["cells"].append(cell)
+                            log(f"   {who} {workload} {' '.join(full[1:])}: {_brief(summary)}")
+            for who in (system, *partners):
+                dbs.drop_all(who, backend)
     results["finished"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     from .report import render
 
