@@ -225,10 +225,16 @@ def main() -> None:
                         help="also run ours at git commit REF (its cairnq_django/ package only),"
                              " taking turns with ours rep by rep in every cell but W5, for a"
                              " before/after in one run")
+    parser.add_argument("--tune", metavar="SETTINGS", default=None,
+                        help="W2t's candidate settings for ours, ';'-separated (default: "
+                             + "; ".join(TUNING["cairnq_django"]) + "); one setting skips the"
+                             " trial runs, e.g. --tune '--concurrency 32'")
     parser.add_argument("--write-docs", action="store_true",
                         help="replace the results in docs/benchmarks.md (and, for a run of both"
                              " backends, the README table)")
     opts = parser.parse_args()
+    if opts.tune:
+        TUNING["cairnq_django"] = [t.strip() for t in opts.tune.split(";") if t.strip()]
     reps = opts.reps or (1 if opts.quick else 3)
     backends = opts.backends.split(",")
     systems = opts.systems.split(",")
@@ -353,8 +359,11 @@ def _extract_baseline(ref: str, workdir: str) -> tuple[str, str]:
 
 def _tune(dbs: Databases, system: str, backend: str, args: list[str]) -> list[str]:
     """Try each tuning candidate once; return the fastest as a one-item list."""
+    candidates = TUNING.get("cairnq_django" if system == BASELINE else system, [])
+    if len(candidates) == 1:
+        return candidates  # nothing to choose between
     best, best_rate = None, -1.0
-    for setting in TUNING.get("cairnq_django" if system == BASELINE else system, []):
+    for setting in candidates:
         try:
             rate = run_cell(dbs, system, backend, [*args, "--setting", setting])["rate"]
         except RuntimeError as exc:
