@@ -25,6 +25,7 @@ from contextlib import contextmanager
 from functools import partial
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.db import close_old_connections, connections, transaction
 from django.db.utils import InterfaceError, OperationalError
 
@@ -227,6 +228,15 @@ class TaskContext:
         """Record progress (0..1) and/or a status message; None leaves a field as is."""
         return self._owned(
             lambda: self._store.progress(self.task_id, self._worker_id, value, message)
+        )
+
+    def replace_metadata(self, metadata: dict[str, Any]) -> TaskRecord:
+        """Rewrite the task's metadata while this attempt holds the lease.
+
+        `record` and `metadata` stay the row as claimed.
+        """
+        return self._owned(
+            lambda: self._store.replace_metadata(self.task_id, self._worker_id, metadata)
         )
 
     def heartbeat(self) -> TaskRecord:
@@ -434,6 +444,17 @@ class TaskContext:
         return child
 
     # ------------------------------------------------------------ async twins
+    async def run_db(self, fn: Callable[[], Any]) -> Any:
+        """Run `fn`, database work of an async handler, off the event loop.
+
+        In a worker, on its database threads, as the twins below; in
+        cairnq_django.testing, which has no such threads, on the thread that
+        runs the test, so the work shares the test's connection.
+        """
+        if self._db_executor is None:
+            return await sync_to_async(fn, thread_sensitive=True)()
+        return await self._run_db(fn)
+
     async def _run_db(self, fn: Callable[[], Any]) -> Any:
         def call() -> Any:
             try:
