@@ -313,13 +313,14 @@ def test_check_reports_the_app_missing_from_installed_apps(db):
     assert not [m for m in checks.run_checks() if m.id == "cairnq.E105"]
 
 
-def test_enqueue_without_the_app_says_to_install_it(db, monkeypatch):
+def test_enqueue_without_the_app_says_to_install_it(db):
     from django.conf import settings
 
     from cairnq_django.store import plumbing
 
     # A process that never had the app has never verified its tables.
-    monkeypatch.setattr(plumbing, "_verified_aliases", set())
+    for alias in settings.DATABASES:
+        plumbing.forget_verified_protocol(alias)
     without = [app for app in settings.INSTALLED_APPS if app != "cairnq_django"]
     with override_settings(INSTALLED_APPS=without):
         with pytest.raises(cairnq_django.CairnQError) as info:

@@ -28,8 +28,9 @@ from typing import Any
 from asgiref.sync import sync_to_async
 from django.db import close_old_connections, connections, transaction
 from django.db.utils import InterfaceError, OperationalError
+from django.utils import timezone
 
-from .. import signals
+from .. import signals, validators
 from ..backpressure import wait_for_headroom
 from ..errors import LostLease, SerializationError
 from ..records import TaskRecord
@@ -64,6 +65,7 @@ class TaskContext:
         retry_backoff_base_ms: int = 1_000,
         retry_backoff_cap_ms: int = 30_000,
         db_executor: Any = None,
+        retries: bool = True,
     ) -> None:
         self._store = store
         self._task = task
@@ -71,6 +73,8 @@ class TaskContext:
         self._lease_ms = lease_ms
         self._backoff = (retry_backoff_base_ms, retry_backoff_cap_ms)
         self._db_executor = db_executor
+        # False (cairnq_django.testing's default): every failure is final.
+        self._retries = retries
         # Serializes "may I still write?" with the write itself, so the worker
         # abandoning an attempt and the handler settling it cannot interleave.
         self._lock = threading.RLock()
@@ -287,7 +291,13 @@ class TaskContext:
                 return None
             return self._fail_owned(envelope, retryable)
 
+    def fail_unserializable(self, exc: SerializationError) -> TaskRecord:
+        """Fail the task for good: its result cannot be stored as JSON, and no retry changes that."""
+        with self._lock:
+            return self._fail_owned(unserializable_envelope(exc), False)
+
     def _fail_owned(self, envelope: dict[str, Any], retryable: bool) -> TaskRecord:
+        retryable = retryable and self._retries
         delay = self.retry_delay_ms() if retryable else 0
         row = self._owned_settle(
             lambda: self._store.fail(
@@ -325,7 +335,7 @@ class TaskContext:
             try:
                 row = self._once_more(lambda: self._owned_settle(write))
             except SerializationError as exc:
-                return self._fail_owned(unserializable_envelope(exc), False)
+                return self.fail_unserializable(exc)
             self._settle(row)
             return row
 
@@ -417,13 +427,13 @@ class TaskContext:
         Refused once the lease is lost: the attempt is being redone elsewhere,
         and that retry will submit its own children.
         """
-        from ..client import _delay_ms
-
         self._require_lease()
         options.setdefault("correlation_id", self.correlation_id)
         options.setdefault("queue", "default")
         if "delay" in options or "run_at" in options:
-            options["delay_ms"] = _delay_ms(options.pop("delay", None), options.pop("run_at", None))
+            options["delay_ms"] = validators.delay_ms(
+                options.pop("delay", None), options.pop("run_at", None), timezone.now()
+            )
         key = options.pop("key", None)
         conflict = options.pop("conflict", "reuse")
         options["metadata"], announced = signals.enqueuing(
