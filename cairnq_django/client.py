@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 from asgiref.sync import sync_to_async
 from django.db import DEFAULT_DB_ALIAS, transaction
@@ -23,6 +23,9 @@ from .records import (
     TaskRecord,
 )
 from .store import Store, get_store
+
+# What a wait function returns: a TaskRecord, or (waiting.await_) a coroutine of one.
+_Waited = TypeVar("_Waited")
 
 
 @dataclass(slots=True)
@@ -266,13 +269,8 @@ def wait(
     A database that goes away meanwhile (a restart) is reconnected to with
     backoff until the timeout; TaskTimeout then says it was unreachable.
     """
-    return waiting.wait(
-        get_store(using),
-        task_id=task_id,
-        timeout=_seconds(timeout),
-        poll_initial_ms=poll_initial,
-        poll_max_ms=poll_max,
-        raise_on_failure=raise_on_failure,
+    return _wait_with(
+        waiting.wait, using, timeout, poll_initial, poll_max, raise_on_failure, task_id=task_id
     )
 
 
@@ -290,13 +288,8 @@ def wait_by_key(
     On timeout, TaskTimeout.key is the key and TaskTimeout.task_id the task it
     pointed at, or the key itself when it pointed at nothing.
     """
-    return waiting.wait(
-        get_store(using),
-        key=key,
-        timeout=_seconds(timeout),
-        poll_initial_ms=poll_initial,
-        poll_max_ms=poll_max,
-        raise_on_failure=raise_on_failure,
+    return _wait_with(
+        waiting.wait, using, timeout, poll_initial, poll_max, raise_on_failure, key=key
     )
 
 
@@ -311,12 +304,39 @@ def call(
     **options: Any,
 ) -> Any:
     """Enqueue a task, wait for it, and return its result."""
-    waiting._refuse_inside_transaction(get_store(using).using)
-    task = enqueue(name, payload, using=using, on_commit=False, **options)
+    task = _enqueue_to_call(name, payload, using, options)
     done = wait(
         task.id, timeout=timeout, poll_initial=poll_initial, poll_max=poll_max, using=using
     )
     return done.result
+
+
+def _enqueue_to_call(
+    name: str, payload: Any, using: str | None, options: dict[str, Any]
+) -> TaskRecord | PendingTask:
+    """call()'s enqueue: refused inside a transaction, which no worker could see past."""
+    waiting.refuse_inside_transaction(get_store(using).using)
+    return enqueue(name, payload, using=using, on_commit=False, **options)
+
+
+def _wait_with(
+    wait_fn: Callable[..., _Waited],
+    using: str | None,
+    timeout: float | timedelta | None,
+    poll_initial: int | None,
+    poll_max: int | None,
+    raise_on_failure: bool,
+    **lookup: str,
+) -> _Waited:
+    """Call waiting.wait or waiting.await_ (`wait_fn`) with the client's options, for `lookup`."""
+    return wait_fn(
+        get_store(using),
+        timeout=_seconds(timeout),
+        poll_initial_ms=poll_initial,
+        poll_max_ms=poll_max,
+        raise_on_failure=raise_on_failure,
+        **lookup,
+    )
 
 
 def _seconds(timeout: float | timedelta | None) -> float | None:
@@ -346,13 +366,8 @@ async def await_task(
     using: str | None = None,
 ) -> TaskRecord:
     """Async wait(): the sleeps between probes never hold a thread."""
-    return await waiting.await_(
-        get_store(using),
-        task_id=task_id,
-        timeout=_seconds(timeout),
-        poll_initial_ms=poll_initial,
-        poll_max_ms=poll_max,
-        raise_on_failure=raise_on_failure,
+    return await _wait_with(
+        waiting.await_, using, timeout, poll_initial, poll_max, raise_on_failure, task_id=task_id
     )
 
 
@@ -366,13 +381,8 @@ async def await_task_by_key(
     using: str | None = None,
 ) -> TaskRecord:
     """Async wait_by_key()."""
-    return await waiting.await_(
-        get_store(using),
-        key=key,
-        timeout=_seconds(timeout),
-        poll_initial_ms=poll_initial,
-        poll_max_ms=poll_max,
-        raise_on_failure=raise_on_failure,
+    return await _wait_with(
+        waiting.await_, using, timeout, poll_initial, poll_max, raise_on_failure, key=key
     )
 
 
@@ -387,9 +397,7 @@ async def acall(
     **options: Any,
 ) -> Any:
     """Async call(): enqueue, wait, return the result."""
-    alias = get_store(using).using
-    await sync_to_async(waiting._refuse_inside_transaction)(alias)
-    task = await aenqueue(name, payload, using=using, on_commit=False, **options)
+    task = await sync_to_async(_enqueue_to_call)(name, payload, using, options)
     done = await await_task(
         task.id, timeout=timeout, poll_initial=poll_initial, poll_max=poll_max, using=using
     )

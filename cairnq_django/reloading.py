@@ -88,7 +88,7 @@ def _run_child(build_worker: Callable[[], Any], fatal: tuple[type[BaseException]
 
     def on_signal(signum: int, frame: Any) -> None:
         if built:
-            built[0]._on_signal(signum, frame)
+            built[0].handle_signal(signum, frame)
         else:
             sys.exit(0)
 

@@ -54,7 +54,7 @@ from .ids import ulid
 from .records import TaskRecord
 from .store import get_store
 from .worker.context import TaskContext
-from .worker.envelopes import as_envelope, unserializable_envelope
+from .worker.envelopes import as_envelope
 from .worker.registry import Registry, autodiscover
 from .worker.registry import registry as default_registry
 
@@ -93,17 +93,6 @@ class Ran:
     @property
     def status(self) -> str:
         return self.task.status
-
-
-class _TestContext(TaskContext):
-    """A TaskContext whose failures retry only when the runner allows retries."""
-
-    def __init__(self, *args: Any, retries: bool, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._retries = retries
-
-    def _fail_owned(self, envelope: dict[str, Any], retryable: bool) -> TaskRecord:
-        return super()._fail_owned(envelope, retryable and self._retries)
 
 
 class TaskRunner:
@@ -155,7 +144,7 @@ class TaskRunner:
                 self.store.tasks().filter(status="queued", run_at_ms__lte=self.store.clock_ms())
                 .exclude(name__in=names).order_by("id")
             )
-            unhandled = self.store._fetch(due[:100])
+            unhandled = self.store.fetch(due[:100])
             if unhandled:
                 raise UnhandledTask(unhandled, names)
         return ran
@@ -192,7 +181,7 @@ class TaskRunner:
     def _run(self, row: TaskRecord) -> Ran:
         registration = self.registry.get(row.name)
         assert registration is not None  # noqa: S101 - only registered names are claimed
-        ctx = _TestContext(
+        ctx = TaskContext(
             store=self.store, task=row, worker_id=self.worker_id, lease_ms=_LEASE_MS,
             retry_backoff_base_ms=0, retry_backoff_cap_ms=0, retries=self.retries,
         )
@@ -219,7 +208,7 @@ class TaskRunner:
                 try:
                     ctx.succeed(result)
                 except SerializationError as exc:
-                    ctx._fail_owned(unserializable_envelope(exc), False)
+                    ctx.fail_unserializable(exc)
         final = ctx.final or self.store.get(row.id) or row
         self._ended(final, ctx, time.monotonic() - started)
         attempt = Ran(task=final, exception=exception)

@@ -66,7 +66,8 @@ def _note_up(alias: str, subject: str) -> None:
         )
 
 
-def _refuse_inside_transaction(using: str) -> None:
+def refuse_inside_transaction(using: str) -> None:
+    """Raise CairnQError if an atomic block is open on `using`; the message says why."""
     if connections[using].in_atomic_block:
         raise CairnQError(
             f"wait()/call() was called inside an open transaction on database {using!r}. "
@@ -122,7 +123,10 @@ def _explain(snapshot: TaskRecord | None, waited_s: float, key: str | None) -> s
 
 
 class _Poll:
-    """One wait's state: the probe, the growing interval and the deadline."""
+    """One wait's state: the probe, the growing interval and the deadline.
+
+    Built, and probed, on the thread whose connection the wait uses.
+    """
 
     def __init__(
         self,
@@ -134,6 +138,7 @@ class _Poll:
         poll_max_ms: int | None,
         raise_on_failure: bool,
     ) -> None:
+        refuse_inside_transaction(store.using)
         self.store, self.task_id, self.key = store, task_id, key
         # What the wait looks up: the task id, or the key (exactly one is given).
         if key is not None and task_id is None:
@@ -154,6 +159,14 @@ class _Poll:
         self.outage_since: float | None = None
         self.outage_total = 0.0
         self.reconnect_interval = min(RECONNECT_INITIAL_S, self.ceiling)
+
+    def probe(self) -> TaskRecord | None:
+        """check(), giving the connection back to its pool if the wait goes on to sleep."""
+        task = self.check()
+        if task is None:
+            # Many waits in one process must not each hold a pool slot while asleep.
+            release(self.store.using)
+        return task
 
     def check(self) -> TaskRecord | None:
         """Probe once: the final row, None to keep waiting, or raise.
@@ -265,16 +278,11 @@ def wait(
     raise_on_failure: bool = True,
 ) -> TaskRecord:
     """Block until the task reaches a terminal status and return its final row."""
-    _refuse_inside_transaction(store.using)
     poll = _Poll(store, task_id, key, timeout, poll_initial_ms, poll_max_ms, raise_on_failure)
-    while True:
-        task = poll.check()
-        if task is not None:
-            return task
-        # Many waits in one process must not each hold a pool slot while asleep.
-        release(store.using)
+    while (task := poll.probe()) is None:
         # Woken early when the task (or, before its id is known, any task) finishes.
         get_wakeup(store.using).wait_for_done(poll.probed_id, poll.next_sleep())
+    return task
 
 
 async def await_(
@@ -296,17 +304,18 @@ async def await_(
     """
     from asgiref.sync import sync_to_async
 
-    await sync_to_async(_refuse_inside_transaction)(store.using)
-    poll = _Poll(store, task_id, key, timeout, poll_initial_ms, poll_max_ms, raise_on_failure)
-    def check_and_release() -> TaskRecord | None:
+    poll = await sync_to_async(_Poll)(
+        store, task_id, key, timeout, poll_initial_ms, poll_max_ms, raise_on_failure
+    )
+
+    def probe() -> TaskRecord | None:
         try:
-            return poll.check()
+            return poll.probe()
         finally:
+            # That thread serves every sync_to_async call: it keeps no pool slot after.
             release(store.using)
 
-    check = sync_to_async(check_and_release)
-    while True:
-        task = await check()
-        if task is not None:
-            return task
+    on_thread = sync_to_async(probe)
+    while (task := await on_thread()) is None:
         await get_wakeup(store.using).await_done(poll.probed_id, poll.next_sleep())
+    return task

@@ -8,7 +8,7 @@ import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from asgiref.sync import sync_to_async
+from asgiref.sync import async_to_sync, sync_to_async
 from django.contrib.auth.models import Group
 from django.db import connection, connections, transaction
 from django.test import override_settings
@@ -297,6 +297,21 @@ def test_wait_and_call_refuse_to_run_inside_a_transaction(live_store):
             with pytest.raises(CairnQError, match="inside an open transaction"):
                 attempt()
     assert count_tasks() == 1  # call wrote nothing
+
+
+def test_the_async_faces_refuse_inside_a_transaction_too(live_store):
+    task = cairnq_django.enqueue("x")
+    with transaction.atomic():
+        # Their database work runs on this thread (async_to_sync from sync code),
+        # where the transaction is open.
+        for face, first in (
+            (cairnq_django.await_task, task.id),
+            (cairnq_django.await_task_by_key, "k"),
+            (cairnq_django.acall, "x"),
+        ):
+            with pytest.raises(CairnQError, match="inside an open transaction"):
+                async_to_sync(face)(first, timeout=1)
+    assert count_tasks() == 1  # acall wrote nothing
 
 
 # ------------------------------------------------------------------- async

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 import pytest
 from django.db import connection
 
-from cairnq_django.retention import RetentionRule, _count_purgeable
+from cairnq_django.retention import RetentionRule
 
 VENDOR = connection.vendor
 
@@ -134,7 +134,7 @@ def test_purge_uses_the_queue_completed_index(filled):
 ], ids=["by-queue", "by-status"])
 def test_the_retention_count_searches_an_index(filled, rule):
     with recorded() as statements:
-        assert _count_purgeable(filled, rule) > 0
+        assert filled.count_purgeable(**rule.purge_filters()) > 0
     [text] = explain_each(statements, "COUNT(*)")
     assert uses_index(text, *(BY_QUEUE if rule.queue else BY_STATUS)), text
     assert not full_scans(text), text

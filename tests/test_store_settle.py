@@ -44,6 +44,35 @@ def test_complete_with_a_pending_cancel_ends_canceled(store):
     assert done.lease_until_ms is None and done.completed_at_ms is not None
 
 
+# ---------------------------------------------------------------- metadata
+def test_metadata_is_rewritten_only_under_a_held_unexpired_lease(store):
+    from cairnq_django import LostLease
+
+    from .storeutil import expire_lease
+
+    task = run(store, metadata={"m": 1})
+    row = store.replace_metadata(task.id, "w1", {"m": 2, "log": [1]})
+    assert row.metadata == {"m": 2, "log": [1]} and row.status == "running"
+    assert row.updated_at_ms == task.updated_at_ms  # the claim's stamp, which the log reads
+    with pytest.raises(LostLease):
+        store.replace_metadata(task.id, "someone-else", {"m": 3})
+    expire_lease(store, task.id)
+    with pytest.raises(LostLease):
+        store.replace_metadata(task.id, "w1", {"m": 4})
+    other = run(store, name="t2")
+    store.complete(other.id, "w1")
+    with pytest.raises(LostLease):
+        store.replace_metadata(other.id, "w1", {"m": 5})
+    assert store.get(task.id).metadata == {"m": 2, "log": [1]}
+    assert store.get(other.id).metadata == {}
+
+
+def test_metadata_must_be_a_dict(store):
+    task = run(store)
+    with pytest.raises(ValueError, match="metadata must be a dict"):
+        store.replace_metadata(task.id, "w1", ["not", "a", "dict"])
+
+
 # ---------------------------------------------------------------- failure
 def test_retryable_failure_requeues_and_clears_progress(store):
     task = run(store, max_attempts=3)

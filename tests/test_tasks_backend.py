@@ -313,13 +313,14 @@ def test_check_reports_the_app_missing_from_installed_apps(db):
     assert not [m for m in checks.run_checks() if m.id == "cairnq.E105"]
 
 
-def test_enqueue_without_the_app_says_to_install_it(db, monkeypatch):
+def test_enqueue_without_the_app_says_to_install_it(db):
     from django.conf import settings
 
     from cairnq_django.store import plumbing
 
     # A process that never had the app has never verified its tables.
-    monkeypatch.setattr(plumbing, "_verified_aliases", set())
+    for alias in settings.DATABASES:
+        plumbing.forget_verified_protocol(alias)
     without = [app for app in settings.INSTALLED_APPS if app != "cairnq_django"]
     with override_settings(INSTALLED_APPS=without):
         with pytest.raises(cairnq_django.CairnQError) as info:
@@ -452,3 +453,28 @@ def test_a_default_worker_serves_every_backend_queue():
         worker = Worker()
         assert {"default", "tasks-other", "only-via-using"} <= set(worker.queues)
         assert Worker(queues=["mine"]).queues == ["mine"]
+
+
+@pytest.mark.parametrize("task_name", ["add", "async_add"])
+def test_an_attempt_whose_lease_ran_out_records_nothing_and_does_not_run(store, task_name):
+    """The attempt log is an owned write: a lease past its expiry writes it no more than a lost one."""
+    from cairnq_django import LostLease
+    from cairnq_django.backends.tasks import row_name
+    from cairnq_django.backends.worker import AsyncTaskHandler, TaskHandler
+    from cairnq_django.worker import TaskContext
+    from tests.storeutil import expire_lease
+
+    task = getattr(tasks, task_name)
+    queued = task.enqueue(1, 2)
+    [row] = store.claim(queues=[task.queue_name], worker_id="w-stale", names=[row_name(task)])
+    expire_lease(store, row.id)
+    ctx = TaskContext(store=store, task=row, worker_id="w-stale", lease_ms=30_000)
+    if task_name == "add":
+        with pytest.raises(LostLease):
+            TaskHandler(task)(ctx, row.payload)
+    else:
+        with pytest.raises(LostLease):
+            async_to_sync(AsyncTaskHandler(task))(ctx, row.payload)
+    assert ctx.lost_lease
+    after = cairnq_django.get(queued.id)
+    assert after.metadata == row.metadata and "_django_task_attempts" not in after.metadata

@@ -66,6 +66,19 @@ def test_lost_lease_blocks_every_write(store):
     assert store.get(ctx.task_id).progress is None
 
 
+def test_replace_metadata_needs_an_unexpired_lease(store):
+    from tests.storeutil import expire_lease
+
+    ctx = claimed_context(store, metadata={"m": 1})
+    assert ctx.replace_metadata({"m": 2}).metadata == {"m": 2}
+    assert ctx.metadata == {"m": 1}  # the row as claimed
+    expire_lease(store, ctx.task_id)
+    with pytest.raises(LostLease):
+        ctx.replace_metadata({"m": 3})
+    assert ctx.lost_lease
+    assert store.get(ctx.task_id).metadata == {"m": 2}
+
+
 def test_canceled_sees_a_cancel_request(store):
     ctx = claimed_context(store)
     assert ctx.canceled() is False

@@ -20,7 +20,6 @@ from importlib import import_module
 from types import ModuleType
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from django.apps import apps
 from django.conf import settings
 from django.utils.module_loading import autodiscover_modules, import_string
@@ -146,17 +145,8 @@ class TaskHandler:
 
     def start(self, ctx: Any) -> Any:
         """Record this attempt on the row, then send task_started; return the TaskResult."""
-        from ..models import Task as TaskRow
-
         metadata = with_attempt(ctx.record)
-        # Ownership as every worker write checks it: still running, still ours.
-        written = (
-            TaskRow.objects.using(ctx._store.using)
-            .filter(pk=ctx.task_id, status="running", worker_id=ctx.worker_id)
-            .update(metadata=metadata)
-        )
-        if not written:
-            raise LostLease(ctx.task_id)
+        ctx.replace_metadata(metadata)  # raises LostLease unless the lease is still held
         result = to_result(self.task, replace(ctx.record, metadata=metadata), self.task.backend)
         _send(compat.task_started, self.task, task_result=result)
         return result
@@ -200,15 +190,8 @@ class AsyncTaskHandler(TaskHandler):
 
 
 async def _on_db(ctx: Any, fn: Any, *args: Any) -> Any:
-    """Run database work for an async handler off the event loop.
-
-    In a worker, on the worker's database threads (as ctx.aprogress does);
-    in cairnq_django.testing, which passes no such executor, in the thread
-    that runs the test, so the work shares the test's connection.
-    """
-    if ctx._db_executor is not None:
-        return await ctx._run_db(partial(fn, *args))
-    return await sync_to_async(fn, thread_sensitive=True)(*args)
+    """Run `fn(*args)`, database work of an async handler, where ctx runs its own."""
+    return await ctx.run_db(partial(fn, *args))
 
 
 def _send(signal: Any, task: Any, **kwargs: Any) -> None:

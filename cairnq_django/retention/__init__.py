@@ -25,10 +25,7 @@ from __future__ import annotations
 from .config import RULE_KEYS, SETTING, parse_retention, retention_config_errors
 from .durations import cli_duration, format_compact_duration, parse_duration
 from .rules import RetentionRule, RuleResult, rules_for_overrides
-from .sweeper import (
-    RetentionSweeper,
-    _count_purgeable,  # noqa: F401  (tests/test_query_plans.py reads its plan)
-)
+from .sweeper import RetentionSweeper
 
 __all__ = [
     "RULE_KEYS",

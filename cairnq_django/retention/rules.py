@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from .durations import format_compact_duration
 
@@ -16,6 +17,13 @@ class RetentionRule:
     queue: str | None = None
     status: str | None = None  # None means every finished status
     name: str | None = None
+
+    def purge_filters(self) -> dict[str, Any]:
+        """This rule as the filters of Store.purge and Store.count_purgeable."""
+        return {
+            "older_than_ms": self.older_than_ms, "queue": self.queue,
+            "status": self.status, "name": self.name,
+        }
 
     def describe(self, count: int | None = None) -> str:
         """Say in words what this rule deletes; `count` (if given) picks task or tasks."""

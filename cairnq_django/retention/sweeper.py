@@ -26,13 +26,6 @@ from .rules import RetentionRule, RuleResult
 logger = logging.getLogger("cairnq_django.retention")
 
 
-def _count_purgeable(store: Store, rule: RetentionRule) -> int:
-    """Count what `store.purge` would delete for a rule: the same QuerySet, read only."""
-    return store.count_purgeable(
-        older_than_ms=rule.older_than_ms, queue=rule.queue, status=rule.status, name=rule.name
-    )
-
-
 class RetentionSweeper:
     """Purge finished tasks by retention rules, in bounded batches, once or on an interval.
 
@@ -117,18 +110,13 @@ class RetentionSweeper:
 
     def _sweep_rule(self, rule: RetentionRule) -> RuleResult:
         if self.dry_run:
-            count = 0 if self.stopped else _count_purgeable(self.store, rule)
+            # The purge's own filters, counted instead of deleted.
+            count = 0 if self.stopped else self.store.count_purgeable(**rule.purge_filters())
             return RuleResult(rule=rule, deleted=count, batches=0, dry_run=True,
                               complete=not self.stopped)
         deleted = batches = 0
         while not self.stopped:
-            ids = self.store.purge(
-                older_than_ms=rule.older_than_ms,
-                queue=rule.queue,
-                status=rule.status,
-                name=rule.name,
-                limit=self.batch_size,
-            )
+            ids = self.store.purge(**rule.purge_filters(), limit=self.batch_size)
             if ids:
                 deleted += len(ids)
                 batches += 1

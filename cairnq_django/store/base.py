@@ -47,7 +47,6 @@ from ..validators import (
 from . import queries as q
 from . import sql
 from .encoding import inserted_record
-from .plumbing import _verified_aliases  # noqa: F401  (tests reset it)
 from .worker_ops import WorkerOperations
 
 # Rows per multi-row INSERT: 14 values each stays under SQLite's 32,766
@@ -271,7 +270,7 @@ class Store(WorkerOperations):
         }
         if limit == 0:
             return []
-        return self._fetch(self.tasks().filter(**filters).newest_first()[offset : offset + limit])
+        return self.fetch(self.tasks().filter(**filters).newest_first()[offset : offset + limit])
 
     def stats(self, queue: str | None = None) -> dict[str, dict[str, int]]:
         self._verify_protocol()

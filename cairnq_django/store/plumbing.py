@@ -26,6 +26,15 @@ _verified_aliases: set[str] = set()
 _verify_lock = threading.Lock()
 
 
+def forget_verified_protocol(using: str) -> None:
+    """Read `using`'s protocol version again on its next operation.
+
+    A process checks it once per alias; this is for a cairnq_meta that changed
+    under a running process (tests rewrite it, or take the app away).
+    """
+    _verified_aliases.discard(using)
+
+
 def unreadable_meta_error(using: str, exc: BaseException) -> Exception:
     """Say why the protocol version could not be read: a missing table only when it is one.
 
@@ -91,7 +100,7 @@ class StoreBase:
         found = self._tasks(statement, values, shape)
         return found[0] if found else None
 
-    def _fetch(self, queryset: QuerySet) -> list[TaskRecord]:
+    def fetch(self, queryset: QuerySet) -> list[TaskRecord]:
         """Evaluate a task QuerySet of this alias into records, columns read as the codec needs."""
         self._verify_protocol()
         sql, params = select_sql(q.task_columns(queryset))

@@ -59,3 +59,22 @@ def copy_rows(copy, specs: Sequence[dict[str, Any]], now: int) -> None:
                 now + spec["delay_ms"], spec["parent_id"], spec["root_id"],
                 spec["correlation_id"], now, now,
             ))
+
+
+# A heartbeat's commit need not wait for its WAL flush (PostgreSQL): a renewal
+# a crash loses is renewed again a third of a lease later. LOCAL ends with the
+# transaction, so it is safe behind a pooler. Django sets no per-transaction
+# settings.
+ASYNC_COMMIT = "SET LOCAL synchronous_commit TO OFF"
+
+# The SQLite wakeup's own sqlite3 connection (not Django's): read only, and
+# the change counter it polls, which moves when another connection commits.
+# A pragma has no ORM form.
+QUERY_ONLY = "PRAGMA query_only = 1"
+DATA_VERSION = "PRAGMA data_version"
+
+# The PostgreSQL wakeup's LISTEN on its own psycopg connection, and the NOTIFY
+# its delivery probe sends. Django has no LISTEN/NOTIFY. {channel} is one of
+# the wakeup's constant channel names.
+LISTEN = "LISTEN {channel}"
+NOTIFY = "SELECT pg_notify(%s, %s)"

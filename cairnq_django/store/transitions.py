@@ -149,3 +149,12 @@ def retry() -> dict[str, Any]:
         "attempt": Case(When(Q(bool_param("reset")), then=Value(0)), default=F("attempt")),
         "updated_at_ms": NowMs(),
     }
+
+
+def replace_metadata() -> dict[str, Any]:
+    """The row's metadata, as a lease holder rewrites it (the framework's attempt log).
+
+    updated_at_ms keeps the claim's stamp, which the attempt log records as the
+    attempt's start.
+    """
+    return {"metadata": JsonParam("metadata")}

@@ -10,7 +10,7 @@ from typing import Any
 from django.db import connections, transaction
 
 from ..errors import LostLease, error_envelope
-from ..jsoncodec import check_text
+from ..jsoncodec import check_text, dumps
 from ..records import DEFAULT_LEASE_MS, TaskRecord
 from ..validators import check_integer
 from . import queries as q
@@ -210,6 +210,16 @@ class WorkerOperations(StoreBase):
             check_text(message, what="progress message")
         return self._owned(
             q.PROGRESS, task_id, worker_id, {"progress": progress, "message": message}
+        )
+
+    def replace_metadata(
+        self, task_id: str, worker_id: str, metadata: dict[str, Any]
+    ) -> TaskRecord:
+        """Rewrite a running task's metadata; raises LostLease unless the lease is held."""
+        if not isinstance(metadata, dict):
+            raise ValueError(f"metadata must be a dict, got {type(metadata).__name__}.")
+        return self._owned(
+            q.METADATA, task_id, worker_id, {"metadata": dumps(metadata, what="metadata")}
         )
 
     def succeed(self, task_id: str, worker_id: str, result: Any = None) -> TaskRecord:

@@ -21,6 +21,7 @@ from typing import Any
 from django.db import connections
 
 from ..conf import cairnq_settings
+from ..store import sql
 from .base import RECONNECT_INITIAL_S, RECONNECT_MAX_S, Waits
 from .drained import DRAINED_CHANNEL
 from .probe import PROBE_CHANNEL, DeliveryProbe, describe
@@ -73,7 +74,7 @@ def send_probe(alias: str, token: str) -> None:
     connection = connections[alias]
     try:
         with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_notify(%s, %s)", [PROBE_CHANNEL, token])
+            cursor.execute(sql.NOTIFY, [PROBE_CHANNEL, token])
     finally:
         connection.close()
 
@@ -141,11 +142,11 @@ class PostgresWakeup(Waits):
             conn = None
             try:
                 conn = psycopg.connect(**self._params, autocommit=True)
-                conn.execute(f"LISTEN {QUEUED_CHANNEL}")
-                conn.execute(f"LISTEN {DONE_CHANNEL}")
+                conn.execute(sql.LISTEN.format(channel=QUEUED_CHANNEL))
+                conn.execute(sql.LISTEN.format(channel=DONE_CHANNEL))
                 if self._probe is not None:
-                    conn.execute(f"LISTEN {PROBE_CHANNEL}")
-                conn.execute(f"LISTEN {DRAINED_CHANNEL}")
+                    conn.execute(sql.LISTEN.format(channel=PROBE_CHANNEL))
+                conn.execute(sql.LISTEN.format(channel=DRAINED_CHANNEL))
                 with self._cond:
                     self._listening = True
                     self._epoch += 1

@@ -27,6 +27,7 @@ from typing import Any
 from django.db import DEFAULT_DB_ALIAS
 
 from ..store import queries as q
+from ..store import sql
 from .base import RECONNECT_INITIAL_S, RECONNECT_MAX_S, Waits, sleep
 
 logger = logging.getLogger("cairnq_django.wakeup")
@@ -193,14 +194,14 @@ class SQLiteWakeup(Waits):
         db = sqlite3.connect(
             uri, uri=True, check_same_thread=False, isolation_level=None, timeout=0.1
         )
-        db.execute("PRAGMA query_only = 1")
+        db.execute(sql.QUERY_ONLY)
         return db
 
     def _read_version(self) -> int:
         with self._db_lock:
             if self._db is None:
                 self._db = self._open()
-            return self._db.execute("PRAGMA data_version").fetchone()[0]
+            return self._db.execute(sql.DATA_VERSION).fetchone()[0]
 
     def _start(self) -> bool:
         """Start the poller if needed; return False when the file cannot be watched."""
@@ -307,12 +308,12 @@ class SQLiteWakeup(Waits):
         The probes are the store's own rules (Task.objects.claimable(), .live()),
         compiled for a plain sqlite3 connection.
         """
-        sql, params = probe
+        text, params = probe
         try:
             with self._db_lock:
                 if self._db is None:
                     return unsure
-                return self._db.execute(sql, params).fetchone() is not None
+                return self._db.execute(text, params).fetchone() is not None
         except sqlite3.Error:
             return unsure
 

@@ -25,10 +25,12 @@ from contextlib import contextmanager
 from functools import partial
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from django.db import close_old_connections, connections, transaction
 from django.db.utils import InterfaceError, OperationalError
+from django.utils import timezone
 
-from .. import signals
+from .. import signals, validators
 from ..backpressure import wait_for_headroom
 from ..errors import LostLease, SerializationError
 from ..records import TaskRecord
@@ -63,6 +65,7 @@ class TaskContext:
         retry_backoff_base_ms: int = 1_000,
         retry_backoff_cap_ms: int = 30_000,
         db_executor: Any = None,
+        retries: bool = True,
     ) -> None:
         self._store = store
         self._task = task
@@ -70,6 +73,8 @@ class TaskContext:
         self._lease_ms = lease_ms
         self._backoff = (retry_backoff_base_ms, retry_backoff_cap_ms)
         self._db_executor = db_executor
+        # False (cairnq_django.testing's default): every failure is final.
+        self._retries = retries
         # Serializes "may I still write?" with the write itself, so the worker
         # abandoning an attempt and the handler settling it cannot interleave.
         self._lock = threading.RLock()
@@ -229,6 +234,15 @@ class TaskContext:
             lambda: self._store.progress(self.task_id, self._worker_id, value, message)
         )
 
+    def replace_metadata(self, metadata: dict[str, Any]) -> TaskRecord:
+        """Rewrite the task's metadata while this attempt holds the lease.
+
+        `record` and `metadata` stay the row as claimed.
+        """
+        return self._owned(
+            lambda: self._store.replace_metadata(self.task_id, self._worker_id, metadata)
+        )
+
     def heartbeat(self) -> TaskRecord:
         """Renew the lease now (the worker already does this every lease/3)."""
         return self._owned(
@@ -277,7 +291,13 @@ class TaskContext:
                 return None
             return self._fail_owned(envelope, retryable)
 
+    def fail_unserializable(self, exc: SerializationError) -> TaskRecord:
+        """Fail the task for good: its result cannot be stored as JSON, and no retry changes that."""
+        with self._lock:
+            return self._fail_owned(unserializable_envelope(exc), False)
+
     def _fail_owned(self, envelope: dict[str, Any], retryable: bool) -> TaskRecord:
+        retryable = retryable and self._retries
         delay = self.retry_delay_ms() if retryable else 0
         row = self._owned_settle(
             lambda: self._store.fail(
@@ -315,7 +335,7 @@ class TaskContext:
             try:
                 row = self._once_more(lambda: self._owned_settle(write))
             except SerializationError as exc:
-                return self._fail_owned(unserializable_envelope(exc), False)
+                return self.fail_unserializable(exc)
             self._settle(row)
             return row
 
@@ -407,13 +427,13 @@ class TaskContext:
         Refused once the lease is lost: the attempt is being redone elsewhere,
         and that retry will submit its own children.
         """
-        from ..client import _delay_ms
-
         self._require_lease()
         options.setdefault("correlation_id", self.correlation_id)
         options.setdefault("queue", "default")
         if "delay" in options or "run_at" in options:
-            options["delay_ms"] = _delay_ms(options.pop("delay", None), options.pop("run_at", None))
+            options["delay_ms"] = validators.delay_ms(
+                options.pop("delay", None), options.pop("run_at", None), timezone.now()
+            )
         key = options.pop("key", None)
         conflict = options.pop("conflict", "reuse")
         options["metadata"], announced = signals.enqueuing(
@@ -434,6 +454,17 @@ class TaskContext:
         return child
 
     # ------------------------------------------------------------ async twins
+    async def run_db(self, fn: Callable[[], Any]) -> Any:
+        """Run `fn`, database work of an async handler, off the event loop.
+
+        In a worker, on its database threads, as the twins below; in
+        cairnq_django.testing, which has no such threads, on the thread that
+        runs the test, so the work shares the test's connection.
+        """
+        if self._db_executor is None:
+            return await sync_to_async(fn, thread_sensitive=True)()
+        return await self._run_db(fn)
+
     async def _run_db(self, fn: Callable[[], Any]) -> Any:
         def call() -> Any:
             try:

@@ -34,7 +34,7 @@ from django.db.utils import Error as DatabaseError
 
 from ..errors import HeartbeatLate
 from ..pooling import release
-from ..store import Store
+from ..store import Store, sql
 from .context import TaskContext
 
 logger = logging.getLogger("cairnq_django.worker")
@@ -132,8 +132,7 @@ class Heartbeat(threading.Thread):
             return self.store.heartbeat_batch(task_ids, self.worker_id, self.lease_ms)
         with transaction.atomic(using=self.store.using):
             with connections[self.store.using].cursor() as cursor:
-                # LOCAL: ends with this transaction, so safe behind a pooler.
-                cursor.execute("SET LOCAL synchronous_commit TO OFF")
+                cursor.execute(sql.ASYNC_COMMIT)
             return self.store.heartbeat_batch(task_ids, self.worker_id, self.lease_ms)
 
     def _live(self) -> list[TaskContext]:

@@ -201,9 +201,13 @@ class Worker:
     def install_signal_handlers(self) -> None:
         """SIGTERM/SIGINT stop the worker gracefully; a second one exits at once."""
         for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, self._on_signal)
+            signal.signal(sig, self.handle_signal)
 
-    def _on_signal(self, signum: int, frame: Any) -> None:
+    def handle_signal(self, signum: int, frame: Any) -> None:
+        """What SIGTERM/SIGINT do: the first stops gracefully, a second exits at once.
+
+        A signal handler itself, or called by one (reloading.py's, on the main thread).
+        """
         self._signals_seen += 1
         name = signal.Signals(signum).name
         if self._signals_seen > 1:

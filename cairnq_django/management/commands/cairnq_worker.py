@@ -229,9 +229,9 @@ class WorkerBesideSweeper:
     def install_signal_handlers(self) -> None:
         self.worker.install_signal_handlers()
 
-    def _on_signal(self, signum: int, frame: Any) -> None:
+    def handle_signal(self, signum: int, frame: Any) -> None:
         # reloading.py forwards the child's signals through this.
-        self.worker._on_signal(signum, frame)
+        self.worker.handle_signal(signum, frame)
 
     def stop(self) -> None:
         self.worker.stop()
