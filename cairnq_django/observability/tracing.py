@@ -16,7 +16,7 @@ records nothing and injects nothing.
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, Protocol
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -31,7 +31,6 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     ) from exc
 
 from .. import signals
-from ..client import PendingTask
 from ..records import TaskRecord
 
 # The W3C Trace Context keys, as every CairnQ implementation reads them from metadata.
@@ -113,10 +112,17 @@ def on_enqueuing(
     _keep(_enqueue_spans, id(metadata), span)
 
 
+class Enqueued(Protocol):
+    """What task_enqueued's `task` is read for: a TaskRecord, or an on_commit PendingTask."""
+
+    @property
+    def id(self) -> str: ...
+
+
 def on_enqueued(
     sender: None,
     metadata: dict[str, Any],
-    task: TaskRecord | PendingTask | None = None,
+    task: Enqueued | None = None,
     error: BaseException | None = None,
     **kwargs: Any,
 ) -> None:
