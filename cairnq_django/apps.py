@@ -1,3 +1,5 @@
+from typing import Any
+
 from django.apps import AppConfig
 from django.db.models.signals import post_migrate
 from django.utils.translation import gettext_lazy as _
@@ -22,7 +24,7 @@ class CairnQConfig(AppConfig):
             tracing.connect()
 
 
-def _restore_protocol_rows(sender, using, **kwargs) -> None:
+def _restore_protocol_rows(sender: AppConfig, using: str, **kwargs: Any) -> None:
     """Put back the meta rows and ledger after a flush (tests' TransactionTestCase).
 
     `flush` empties every managed table, and without `cairnq_meta` no peer or

@@ -8,9 +8,10 @@ from django.db import connections
 
 from .conf import cairnq_settings
 from .errors import QueueFull
+from .store import Store
 
 
-def wait_for_headroom(store, queue: str) -> None:
+def wait_for_headroom(store: Store, queue: str) -> None:
     """Return once `queue` has room; raise QueueFull after MAX_QUEUE_WAIT.
 
     Inside a transaction on the queue's database there is no wait: a full

@@ -233,7 +233,9 @@ def cancel(task_id: str, *, using: str | None = None) -> TaskRecord | None:
     return get_store(using).cancel(task_id)
 
 
-def retry(task_id: str, *, reset_attempt: bool = False, using: str | None = None):
+def retry(
+    task_id: str, *, reset_attempt: bool = False, using: str | None = None
+) -> TaskRecord | None:
     """Queue a failed or canceled task again; None if it is in another state."""
     return get_store(using).retry(task_id, reset_attempt=reset_attempt)
 

@@ -7,7 +7,11 @@ the peers do not expect, or an index every insert pays for.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 from django.db import models
+from django.db.backends.base.base import BaseDatabaseWrapper
 
 from .store.dialects import dialect_for
 
@@ -22,14 +26,14 @@ class ProtocolTextField(models.TextField):
     does not match.
     """
 
-    def db_type(self, connection):
+    def db_type(self, connection: BaseDatabaseWrapper) -> str | None:
         return dialect_for(connection).text_type or super().db_type(connection)
 
 
 class EpochMillisField(models.BigIntegerField):
     """Epoch milliseconds: `bigint` on PostgreSQL, `integer` (64-bit) on SQLite, as the peers declare."""
 
-    def db_type(self, connection):
+    def db_type(self, connection: BaseDatabaseWrapper) -> str | None:
         return dialect_for(connection).epoch_millis_type or super().db_type(connection)
 
 
@@ -45,17 +49,17 @@ class CascadingForeignKey(models.ForeignKey):
     databases accept in CREATE TABLE and name as the peers' is named.
     """
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs["db_constraint"] = False
         kwargs.setdefault("db_index", False)
         super().__init__(*args, **kwargs)
 
-    def deconstruct(self):
+    def deconstruct(self) -> tuple[str, str, Sequence[Any], dict[str, Any]]:
         name, path, args, kwargs = super().deconstruct()
         kwargs.pop("db_constraint", None)
         return name, path, args, kwargs
 
-    def db_type(self, connection):
+    def db_type(self, connection: BaseDatabaseWrapper) -> str | None:
         target = self.target_field
         # Resolved to a model class by the time a column type is asked for
         # (django-stubs 6 types related_model so already).

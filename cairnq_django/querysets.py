@@ -16,6 +16,7 @@ from typing import Any
 
 from django.db import models
 from django.db.models import Q
+from django.db.models.expressions import Expression
 
 from .records import LIVE_STATUSES, TERMINAL_STATUSES
 from .store.expressions import LiteralIn, NowMs, now_minus
@@ -39,28 +40,29 @@ class TaskQuerySet(models.QuerySet):
     def live(self) -> TaskQuerySet:
         return self.filter(LiteralIn("status", LIVE_STATUSES))
 
-    def claimable(self, queues: Sequence[Any], names: Sequence[Any] | None = None, now=None) -> TaskQuerySet:
+    def claimable(self, queues: Sequence[Any], names: Sequence[Any] | None = None,
+                  now: int | Expression | None = None) -> TaskQuerySet:
         """Queued and due on these queues (and names), in claim order."""
         qs = self.filter(LiteralIn("status", ("queued",)), one_of("queue", queues))
         if names is not None:
             qs = qs.filter(one_of("name", names))
         return qs.filter(run_at_ms__lte=now or NowMs()).order_by(*CLAIM_ORDER)
 
-    def expired_leases(self, now=None) -> TaskQuerySet:
+    def expired_leases(self, now: int | Expression | None = None) -> TaskQuerySet:
         """Running with a lease that has run out (the partial lease index's rows)."""
         return self.filter(
             LiteralIn("status", ("running",)),
             lease_until_ms__isnull=False, lease_until_ms__lte=now or NowMs(),
         )
 
-    def owned(self, worker_id: Any, now=None) -> TaskQuerySet:
+    def owned(self, worker_id: Any, now: int | Expression | None = None) -> TaskQuerySet:
         """Running under worker_id's unexpired lease: what a settle or renewal may touch."""
         return self.filter(
             LiteralIn("status", ("running",)), worker_id=worker_id, lease_until_ms__gt=now or NowMs()
         )
 
     def purgeable(self, older_than_ms: Any = 0, *, queue: Any = None, status: Any = None,
-                  name: Any = None, now=None) -> TaskQuerySet:
+                  name: Any = None, now: int | Expression | None = None) -> TaskQuerySet:
         """Finished over older_than_ms ago (optionally by queue, status, name)."""
         qs = self.terminal()
         for field, value in (("queue", queue), ("status", status), ("name", name)):

@@ -11,7 +11,10 @@ creates the tables only there, and no other app's tables are created there.
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import DEFAULT_DB_ALIAS
+from django.db.models import Model
 
 from .conf import cairnq_settings
 
@@ -21,16 +24,16 @@ APP_LABEL = "cairnq_django"
 class CairnQRouter:
     """Route the cairnq_django app to the queue's alias and keep everything else out of it."""
 
-    def _is_ours(self, model) -> bool:
+    def _is_ours(self, model: type[Model]) -> bool:
         return model._meta.app_label == APP_LABEL
 
-    def db_for_read(self, model, **hints):
+    def db_for_read(self, model: type[Model], **hints: Any) -> str | None:
         return cairnq_settings.DATABASE if self._is_ours(model) else None
 
-    def db_for_write(self, model, **hints):
+    def db_for_write(self, model: type[Model], **hints: Any) -> str | None:
         return cairnq_settings.DATABASE if self._is_ours(model) else None
 
-    def allow_relation(self, obj1, obj2, **hints):
+    def allow_relation(self, obj1: Model, obj2: Model, **hints: Any) -> bool | None:
         # Rows in different databases cannot reference each other.
         if self._is_ours(type(obj1)) and self._is_ours(type(obj2)):
             return True
@@ -38,7 +41,9 @@ class CairnQRouter:
             return cairnq_settings.DATABASE == DEFAULT_DB_ALIAS or None
         return None
 
-    def allow_migrate(self, db, app_label, model_name=None, **hints):
+    def allow_migrate(
+        self, db: str, app_label: str, model_name: str | None = None, **hints: Any
+    ) -> bool | None:
         alias = cairnq_settings.DATABASE
         if app_label == APP_LABEL:
             return db == alias

@@ -15,7 +15,15 @@ field or option, and live here for the migrations to call:
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from django.apps.registry import Apps
 from django.db import connections
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.backends.base.schema import BaseDatabaseSchemaEditor
+from django.db.models import Model
+from django.db.models.fields.related import RelatedField
 
 from .store.dialects import POSTGRES, SQLITE, dialect_for
 
@@ -57,7 +65,15 @@ class SchemaMismatch(RuntimeError):
     """The database holds CairnQ tables this app cannot adopt unchanged."""
 
 
-def installed_schema_version(cursor, vendor: str) -> int | None:
+class Cursor(Protocol):
+    """A Django cursor or a driver's own (the version is also read where no alias exists)."""
+
+    def execute(self, sql: str) -> object: ...
+
+    def fetchone(self) -> Any: ...
+
+
+def installed_schema_version(cursor: Cursor, vendor: str) -> int | None:
     """Return the schema_version already recorded in this database, or None if there is none.
 
     Plain cursors, not the ORM: this also reads databases no Django alias names.
@@ -70,7 +86,7 @@ def installed_schema_version(cursor, vendor: str) -> int | None:
     return int(row[0]) if row else None
 
 
-def refuse_other_schema(cursor, vendor: str) -> None:
+def refuse_other_schema(cursor: Cursor, vendor: str) -> None:
     """Raise if a peer installed a schema version other than the one the models declare."""
     version = installed_schema_version(cursor, vendor)
     if version is None or version == SCHEMA_VERSION:
@@ -93,7 +109,7 @@ def refuse_other_schema(cursor, vendor: str) -> None:
 
 
 # ------------------------------------------------------------ migration 0001
-def create_or_adopt_tables(apps, schema_editor) -> None:
+def create_or_adopt_tables(apps: Apps, schema_editor: BaseDatabaseSchemaEditor) -> None:
     """Create the tables from the models, or verify a peer's and leave them as they are."""
     connection = schema_editor.connection
     models = [apps.get_model("cairnq_django", name) for name in PROTOCOL_MODELS]
@@ -117,12 +133,12 @@ def create_or_adopt_tables(apps, schema_editor) -> None:
         )
 
 
-def drop_tables(apps, schema_editor) -> None:
+def drop_tables(apps: Apps, schema_editor: BaseDatabaseSchemaEditor) -> None:
     for name in reversed(PROTOCOL_MODELS):
         schema_editor.delete_model(apps.get_model("cairnq_django", name))
 
 
-def _differences(models, connection) -> list[str]:
+def _differences(models: Sequence[type[Model]], connection: BaseDatabaseWrapper) -> list[str]:
     """Where the tables in the database differ from the models, read from the catalog."""
     problems = []
     with connection.cursor() as cursor:
@@ -142,7 +158,7 @@ def _differences(models, connection) -> list[str]:
                 if index.name not in constraints:
                     problems.append(f"index {index.name} is missing")
             for field in model._meta.local_fields:
-                if field.is_relation and not any(
+                if isinstance(field, RelatedField) and not any(
                     info.get("foreign_key") == (field.related_model._meta.db_table,
                                                 field.target_field.column)
                     and info["columns"] == [field.column]
@@ -153,7 +169,7 @@ def _differences(models, connection) -> list[str]:
 
 
 # ------------------------------------------- migration 0001, after the tables
-def install_protocol_objects(apps, schema_editor) -> None:
+def install_protocol_objects(apps: Apps, schema_editor: BaseDatabaseSchemaEditor) -> None:
     """The notify trigger (PostgreSQL), the meta rows and the peers' ledger."""
     connection = schema_editor.connection
     dialect = dialect_for(connection)
@@ -173,7 +189,7 @@ def install_protocol_objects(apps, schema_editor) -> None:
             cursor.execute("ANALYZE cairnq_tasks")
 
 
-def remove_protocol_objects(apps, schema_editor) -> None:
+def remove_protocol_objects(apps: Apps, schema_editor: BaseDatabaseSchemaEditor) -> None:
     connection = schema_editor.connection
     if dialect_for(connection).has_listen_notify:
         with connection.cursor() as cursor:
@@ -183,7 +199,7 @@ def remove_protocol_objects(apps, schema_editor) -> None:
     apps.get_model("cairnq_django", "PeerMigration").objects.using(connection.alias).delete()
 
 
-def ensure_protocol_rows(using: str, apps=None) -> None:
+def ensure_protocol_rows(using: str, apps: Apps | None = None) -> None:
     """Insert the meta rows and ledger entries that are missing; never change one."""
     from django.apps import apps as installed_apps
 

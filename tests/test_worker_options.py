@@ -10,7 +10,7 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 
 from cairnq_django.records import DEFAULT_LEASE_MS
-from cairnq_django.worker import Registry, Worker, WorkerOptions
+from cairnq_django.worker import Registry, Worker, WorkerOptions, WorkerOverrides
 
 
 def on_error(exc, context):
@@ -66,6 +66,11 @@ def test_a_setting_out_of_range_is_refused_too(settings):
 def test_unknown_options_are_a_type_error():
     with pytest.raises(TypeError, match="sweep"):
         WorkerOptions.from_settings(sweep=True)
+
+
+def test_the_typed_overrides_name_every_option():
+    # mypy checks the keywords against WorkerOverrides (tests/typing/worker_overrides.py).
+    assert set(WorkerOverrides.__annotations__) == {f.name for f in dataclasses.fields(WorkerOptions)}
 
 
 def test_queues_and_names_are_tuples_without_duplicates():

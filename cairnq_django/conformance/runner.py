@@ -24,6 +24,7 @@ from ..records import (
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_PRIORITY,
     DEFAULT_QUEUE,
+    TaskRecord,
 )
 from ..store import Store
 from .assertions import ASSERTIONS, StepFailed, check, describe, resolve
@@ -108,7 +109,7 @@ def _submit(
     metadata: dict | None = None,
     correlation_id: str | None = None,
     run_at_delay_ms: int = 0,
-):
+) -> TaskRecord:
     return store.submit(
         name, payload, key=key, queue=queue, conflict=conflict, max_attempts=max_attempts,
         priority=priority, metadata=metadata, correlation_id=correlation_id,
@@ -116,7 +117,7 @@ def _submit(
     )
 
 
-def _list(store: Store, filters: dict | None = None, **kwargs: Any):
+def _list(store: Store, filters: dict | None = None, **kwargs: Any) -> list[TaskRecord]:
     # Scenarios may pass the filters flat or wrapped as {"filters": {...}}.
     return store.list(**(filters or {}), **kwargs)
 
@@ -128,7 +129,7 @@ def _claim(
     lease_ms: int = DEFAULT_LEASE_MS,
     limit: int = 1,
     names: list[str] | None = None,
-):
+) -> list[TaskRecord]:
     return store.claim(
         queues=queues, worker_id=worker_id, lease_ms=lease_ms, limit=limit, names=names
     )
@@ -136,7 +137,7 @@ def _claim(
 
 def _heartbeat_batch(
     store: Store, ids: list[str], worker_id: str, lease_ms: int = DEFAULT_LEASE_MS
-):
+) -> list[dict[str, Any]]:
     held = store.heartbeat_batch(ids, worker_id, lease_ms)
     # The store answers a map; scenarios read the rows still held, in asked order.
     return [
@@ -151,13 +152,13 @@ def _purge(
     status: str | None = None,
     name: str | None = None,
     limit: int = 1000,
-):
+) -> list[str]:
     return store.purge(
         older_than_ms=older_than_ms, queue=queue, status=status, name=name, limit=limit
     )
 
 
-def _sleep(store: Store, ms: int):
+def _sleep(store: Store, ms: int) -> None:
     time.sleep(ms / 1000)
 
 

@@ -20,6 +20,7 @@ the workers' series with `sum by (name, status)`.
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterator
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
@@ -33,7 +34,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     ) from exc
 
 from .. import signals
-from ..records import STATUSES, TERMINAL_STATUSES
+from ..records import STATUSES, TERMINAL_STATUSES, TaskRecord
 from . import DEFAULT_METRICS_ADDR
 from .overview import overview
 
@@ -51,7 +52,7 @@ class QueueCollector:
     def describe(self) -> list:
         return []  # read the database only when scraped, not at registration
 
-    def collect(self):
+    def collect(self) -> Iterator[GaugeMetricFamily]:
         view = overview(self.using)
         tasks = GaugeMetricFamily(
             "cairnq_tasks", "Tasks in the table by queue and status.", labels=["queue", "status"]
@@ -120,27 +121,27 @@ def _labels(task: Any) -> tuple[str, str]:
     return task.queue, task.name
 
 
-def on_started(sender, task, **kwargs) -> None:
+def on_started(sender: type, task: TaskRecord, **kwargs: Any) -> None:
     STARTED.labels(*_labels(task)).inc()
 
 
-def on_finished(sender, task, duration, **kwargs) -> None:
+def on_finished(sender: type, task: TaskRecord, duration: float, **kwargs: Any) -> None:
     DURATION.labels(*_labels(task)).observe(duration)
     if task.status in TERMINAL_STATUSES:
         FINISHED.labels(*_labels(task), task.status).inc()
 
 
-def on_retrying(sender, task, duration, **kwargs) -> None:
+def on_retrying(sender: type, task: TaskRecord, duration: float, **kwargs: Any) -> None:
     DURATION.labels(*_labels(task)).observe(duration)
     RETRIES.labels(*_labels(task)).inc()
 
 
-def on_lease_lost(sender, task, duration, **kwargs) -> None:
+def on_lease_lost(sender: type, task: TaskRecord, duration: float, **kwargs: Any) -> None:
     DURATION.labels(*_labels(task)).observe(duration)
     LEASE_LOSSES.labels(*_labels(task)).inc()
 
 
-def on_heartbeat_late(sender, **kwargs) -> None:
+def on_heartbeat_late(sender: type, **kwargs: Any) -> None:
     LATE_HEARTBEATS.inc()
 
 

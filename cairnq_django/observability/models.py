@@ -16,13 +16,13 @@ GONE_AFTER_INTERVALS = 3
 
 
 class WorkerQuerySet(models.QuerySet):
-    def live(self, now_ms: int):
+    def live(self, now_ms: int) -> WorkerQuerySet:
         """Workers that reported within GONE_AFTER_INTERVALS of their interval."""
         return self.filter(
             last_seen_ms__gte=now_ms - GONE_AFTER_INTERVALS * models.F("interval_ms")
         )
 
-    def gone(self, now_ms: int):
+    def gone(self, now_ms: int) -> WorkerQuerySet:
         return self.filter(
             last_seen_ms__lt=now_ms - GONE_AFTER_INTERVALS * models.F("interval_ms")
         )

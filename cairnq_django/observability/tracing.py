@@ -16,7 +16,7 @@ records nothing and injects nothing.
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, Protocol
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -31,6 +31,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
     ) from exc
 
 from .. import signals
+from ..records import TaskRecord
 
 # The W3C Trace Context keys, as every CairnQ implementation reads them from metadata.
 TRACE_KEYS = ("traceparent", "tracestate")
@@ -75,7 +76,14 @@ def attempt_context(ctx: Any) -> otel_context.Context | None:
 # ------------------------------------------------------------ enqueue
 
 
-def on_enqueuing(sender, name, queue, metadata, parent=None, **kwargs) -> None:
+def on_enqueuing(
+    sender: None,
+    name: str,
+    queue: str,
+    metadata: dict[str, Any],
+    parent: TaskRecord | None = None,
+    **kwargs: Any,
+) -> None:
     # The caller's current span, else the trace the metadata already carries,
     # else (ctx.submit) the attempt that submits the child.
     parent_ctx = None
@@ -104,7 +112,20 @@ def on_enqueuing(sender, name, queue, metadata, parent=None, **kwargs) -> None:
     _keep(_enqueue_spans, id(metadata), span)
 
 
-def on_enqueued(sender, metadata, task=None, error=None, **kwargs) -> None:
+class Enqueued(Protocol):
+    """What task_enqueued's `task` is read for: a TaskRecord, or an on_commit PendingTask."""
+
+    @property
+    def id(self) -> str: ...
+
+
+def on_enqueued(
+    sender: None,
+    metadata: dict[str, Any],
+    task: Enqueued | None = None,
+    error: BaseException | None = None,
+    **kwargs: Any,
+) -> None:
     with _lock:
         span = _enqueue_spans.pop(id(metadata), None)
     if span is None:
@@ -121,7 +142,7 @@ def on_enqueued(sender, metadata, task=None, error=None, **kwargs) -> None:
 # ------------------------------------------------------------ attempts
 
 
-def on_started(sender, task, worker=None, **kwargs) -> None:
+def on_started(sender: type, task: TaskRecord, worker: object = None, **kwargs: Any) -> None:
     span = _tracer().start_span(
         f"cairnq run {task.name}", context=context_from_metadata(task.metadata),
         kind=SpanKind.CONSUMER,
@@ -162,23 +183,23 @@ def _end_attempt(task: Any, outcome: str, error: Any = None) -> None:
     span.end()
 
 
-def on_succeeded(sender, task, **kwargs) -> None:
+def on_succeeded(sender: type, task: TaskRecord, **kwargs: Any) -> None:
     _end_attempt(task, "succeeded")
 
 
-def on_failed(sender, task, error=None, **kwargs) -> None:
+def on_failed(sender: type, task: TaskRecord, error: Any = None, **kwargs: Any) -> None:
     _end_attempt(task, "failed", error)
 
 
-def on_retrying(sender, task, error=None, **kwargs) -> None:
+def on_retrying(sender: type, task: TaskRecord, error: Any = None, **kwargs: Any) -> None:
     _end_attempt(task, "retrying", error)
 
 
-def on_canceled(sender, task, **kwargs) -> None:
+def on_canceled(sender: type, task: TaskRecord, **kwargs: Any) -> None:
     _end_attempt(task, "canceled")
 
 
-def on_lease_lost(sender, task, **kwargs) -> None:
+def on_lease_lost(sender: type, task: TaskRecord, **kwargs: Any) -> None:
     _end_attempt(task, "lease_lost")
 
 

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
-from django.conf import settings
-from django.core.checks import Error, Tags, register
+from collections.abc import Sequence
+from typing import Any
 
-from .config import SETTING, read_schedule
+from django.apps import AppConfig
+from django.conf import settings
+from django.core.checks import CheckMessage, Error, Tags, register
+
+from .config import SETTING, Schedule, read_schedule
 
 
 @register(Tags.compatibility)
-def check_schedule(app_configs=None, **kwargs):
+def check_schedule(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
     user = getattr(settings, "CAIRNQ", None)
     if not isinstance(user, dict) or user.get("SCHEDULE") is None:
         return []
@@ -18,7 +24,7 @@ def check_schedule(app_configs=None, **kwargs):
     return errors + _unknown_task_errors(schedules)
 
 
-def _unknown_task_errors(schedules):
+def _unknown_task_errors(schedules: list[Schedule]) -> list[CheckMessage]:
     """Schedules naming a task no handler in this project is registered for."""
     if not schedules:
         return []

@@ -14,6 +14,7 @@ The system check (checks.py) and the scheduler read the setting through
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -151,10 +152,10 @@ class Plan:
 def parse_schedule(value: Any) -> list[Schedule]:
     """Read the SCHEDULE setting into Schedules; raise ScheduleConfigError on the first fault."""
     schedules = []
-    for error, schedule in _each(value):
-        if error is not None:
-            raise error
-        schedules.append(schedule)
+    for item in _each(value):
+        if isinstance(item, ScheduleConfigError):
+            raise item
+        schedules.append(item)
     return schedules
 
 
@@ -165,12 +166,13 @@ def schedule_config_errors(value: Any) -> list[ScheduleConfigError]:
 
 def read_schedule(value: Any) -> tuple[list[Schedule], list[ScheduleConfigError]]:
     """The schedules that parse, and the faults of those that do not."""
-    schedules, errors = [], []
-    for error, schedule in _each(value):
-        if error is not None:
-            errors.append(error)
+    schedules: list[Schedule] = []
+    errors: list[ScheduleConfigError] = []
+    for item in _each(value):
+        if isinstance(item, ScheduleConfigError):
+            errors.append(item)
         else:
-            schedules.append(schedule)
+            schedules.append(item)
     return schedules, errors
 
 
@@ -179,7 +181,7 @@ def configured_schedules() -> list[Schedule]:
     return parse_schedule(cairnq_settings.raw("SCHEDULE"))
 
 
-def _each(value: Any):
+def _each(value: Any) -> Iterator[Schedule | ScheduleConfigError]:
     if value is None:
         return
     if not isinstance(value, dict):
@@ -188,13 +190,13 @@ def _each(value: Any):
             f"{type(value).__name__}.",
             hint='For example {"poll-feeds": {"task": "feeds.poll", "every": '
             "timedelta(minutes=5)}}.",
-        ), None
+        )
         return
     for name, spec in value.items():
         try:
-            yield None, _parse_one(name, spec)
+            yield _parse_one(name, spec)
         except ScheduleConfigError as exc:
-            yield exc, None
+            yield exc
 
 
 def _parse_one(name: Any, spec: Any) -> Schedule:

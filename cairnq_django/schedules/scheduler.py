@@ -27,7 +27,7 @@ from django.db import connections
 from ..conf import cairnq_settings
 from ..pooling import release
 from . import state
-from .config import Schedule, configured_schedules
+from .config import Plan, Schedule, configured_schedules
 
 # A child of the worker's logger: the scheduler runs inside the worker, and
 # `cairnq_worker -v 2` shows its lines with the worker's own.
@@ -139,7 +139,7 @@ class Scheduler:
                 wake = min(wake, plan.next_ms)
         return max(0, wake - state.db_now_ms(self.using)) + _WAKE_MARGIN_MS
 
-    def _carry_out(self, schedule: Schedule, cursor: int, plan) -> None:
+    def _carry_out(self, schedule: Schedule, cursor: int, plan: Plan) -> None:
         if plan.missed:
             logger.warning(
                 "Schedule %r missed occurrences before %s (no scheduler was running); "

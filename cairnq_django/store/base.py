@@ -14,7 +14,7 @@ once per shape. sql.py holds the few statements the ORM cannot express.
 from __future__ import annotations
 
 import builtins  # Store.list() shadows `list` in the annotations of the methods after it
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 from django.db import connections, transaction
@@ -304,7 +304,7 @@ class Store(WorkerOperations):
         """failed/canceled -> queued. None if the task is not in one of those states."""
         return self._retry(task_id, reset_attempt)
 
-    def _by_key(self, key: str, action) -> TaskRecord | None:
+    def _by_key(self, key: str, action: Callable[[str], TaskRecord | None]) -> TaskRecord | None:
         with self.atomic():
             self._lock_key(key)
             rows = self._run(q.KEY_TARGET, {"key": key})

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from django.db import connections
+from django.db.backends.base.base import BaseDatabaseWrapper
 
 # Free-text columns a foreign writer fills. On SQLite they are read as bytes:
 # Python's sqlite3 raises on TEXT that is not UTF-8 while fetching the row, so
@@ -127,9 +128,9 @@ POSTGRES = Dialect(
 _BY_VENDOR = {"sqlite": SQLITE, "postgresql": POSTGRES}
 
 
-def dialect_for(connection_or_vendor) -> Dialect:
+def dialect_for(connection_or_vendor: BaseDatabaseWrapper | str) -> Dialect:
     """The dialect of a Django connection (or of a vendor name)."""
-    vendor = getattr(connection_or_vendor, "vendor", connection_or_vendor)
+    vendor = connection_or_vendor if isinstance(connection_or_vendor, str) else connection_or_vendor.vendor
     try:
         return _BY_VENDOR[vendor]
     except KeyError:

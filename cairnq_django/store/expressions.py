@@ -15,8 +15,10 @@ from contextvars import ContextVar
 from typing import Any
 
 from django.db import models
+from django.db.backends.base.base import BaseDatabaseWrapper
 from django.db.models import Lookup
 from django.db.models.expressions import CombinedExpression, Expression
+from django.db.models.sql.compiler import SQLCompiler
 
 from ..fields import EpochMillisField
 from ..ids import now_ms
@@ -55,7 +57,7 @@ class Param(Expression):
         super().__init__(output_field=output_field)
         self.slot = Slot(name, row)
 
-    def as_sql(self, compiler, connection) -> SqlAndParams:
+    def as_sql(self, compiler: SQLCompiler, connection: BaseDatabaseWrapper) -> SqlAndParams:
         if not compiling_template.get():
             raise RuntimeError(f"Param {self.slot.name!r} outside a cached statement.")
         return "%s", [self.slot]
@@ -70,7 +72,7 @@ class JsonParam(Param):
     def __init__(self, name: str, row: int | None = None) -> None:
         super().__init__(name, models.JSONField(null=True), row)
 
-    def as_postgresql(self, compiler, connection) -> SqlAndParams:
+    def as_postgresql(self, compiler: SQLCompiler, connection: BaseDatabaseWrapper) -> SqlAndParams:
         sql, params = self.as_sql(compiler, connection)
         return f"{sql}::jsonb", params
 
@@ -97,11 +99,11 @@ class NowMs(Expression):
 
     output_field = EpochMillisField()
 
-    def as_sql(self, compiler, connection) -> SqlAndParams:
+    def as_sql(self, compiler: SQLCompiler, connection: BaseDatabaseWrapper) -> SqlAndParams:
         # SQLite: the process clock, bound like any other value.
         return "%s", [NOW_SLOT if compiling_template.get() else now_ms()]
 
-    def as_postgresql(self, compiler, connection) -> SqlAndParams:
+    def as_postgresql(self, compiler: SQLCompiler | None, connection: BaseDatabaseWrapper) -> SqlAndParams:
         # statement_timestamp() is the database clock and stable within a
         # statement, so every use in one statement (a row's created_at and
         # updated_at, a claim's bound and its new lease) reads the same value
@@ -137,7 +139,7 @@ class LiteralIn(Lookup):
                 raise ValueError(f"LiteralIn takes identifiers only, not {value!r}.")
         super().__init__(models.F(column), tuple(values))
 
-    def as_sql(self, compiler, connection) -> SqlAndParams:
+    def as_sql(self, compiler: SQLCompiler, connection: BaseDatabaseWrapper) -> SqlAndParams:
         column, params = self.process_lhs(compiler, connection)
         if len(self.rhs) == 1:
             # "=": SQLite proves a partial index's `status = 'running'` from
@@ -152,7 +154,8 @@ class RawText(Expression):
 
     def __init__(self, column: str) -> None:
         super().__init__(output_field=models.TextField())
-        self.column = models.F(column)
+        # An F until the query resolves it into the column's Col.
+        self.column: Any = models.F(column)
 
     def get_source_expressions(self) -> list[Any]:
         return [self.column]
@@ -160,9 +163,9 @@ class RawText(Expression):
     def set_source_expressions(self, exprs: Sequence[Any]) -> None:
         (self.column,) = exprs
 
-    def as_sql(self, compiler, connection) -> SqlAndParams:
+    def as_sql(self, compiler: SQLCompiler, connection: BaseDatabaseWrapper) -> SqlAndParams:
         return compiler.compile(self.column)
 
-    def as_sqlite(self, compiler, connection) -> SqlAndParams:
+    def as_sqlite(self, compiler: SQLCompiler, connection: BaseDatabaseWrapper) -> SqlAndParams:
         sql, params = compiler.compile(self.column)
         return f"CAST({sql} AS BLOB)", params

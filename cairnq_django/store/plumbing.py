@@ -129,7 +129,7 @@ class StoreBase:
             with connections[self.using].cursor() as cursor:
                 cursor.execute(sql.OPTIMIZE)
 
-    def atomic(self):
+    def atomic(self) -> transaction.Atomic:
         """A write transaction (or savepoint inside the caller's) on this alias."""
         return transaction.atomic(using=self.using)
 

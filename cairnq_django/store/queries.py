@@ -7,7 +7,8 @@ and shape.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from types import ModuleType
 from typing import Any
 
 from django.db import connections
@@ -31,7 +32,7 @@ from .statements import (
 )
 
 
-def models():
+def models() -> ModuleType:
     """The app's models module, imported on first use: the package's __init__ imports the
     store before Django's app registry is ready."""
     from .. import models
@@ -60,7 +61,7 @@ def draw_values(queues: Sequence[str], names: Sequence[str] | None) -> dict[str,
     return values
 
 
-def claim_shape(queues, names, limit: int) -> tuple:
+def claim_shape(queues: Sequence[str], names: Sequence[str] | None, limit: int) -> tuple:
     return (len(queues), None if names is None else len(names), limit)
 
 
@@ -74,7 +75,7 @@ def _returning_row(queryset: QuerySet, values: dict) -> Template:
     return update_sql(queryset, values, returning_columns(queryset.db))
 
 
-def _owned_update(transition) -> Statement:
+def _owned_update(transition: Callable[[], dict[str, Any]]) -> Statement:
     return Statement(lambda using: _returning_row(
         tasks_of(using).filter(id=text_param("id")).owned(text_param("worker_id")), transition()
     ))

@@ -6,7 +6,8 @@ by Django (statements.py). docs/database-setup.md lists these with reasons.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from typing import Any
 
 # PostgreSQL's advisory transaction lock on a business key, under the same
@@ -48,7 +49,9 @@ ROW_ESTIMATE = "SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass"
 OPTIMIZE = "PRAGMA optimize"
 
 
-def copy_rows(copy, specs: Sequence[dict[str, Any]], now: int) -> None:
+def copy_rows(
+    copy: Callable[[str], AbstractContextManager[Any]], specs: Sequence[dict[str, Any]], now: int
+) -> None:
     """Stream prepared specs through COPY, every row stamped with one clock reading."""
     with copy(COPY_TASKS) as stream:
         write = stream.write_row

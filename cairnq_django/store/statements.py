@@ -18,7 +18,8 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any, cast
 
 from django.db import connections
-from django.db.models import Model, QuerySet
+from django.db.models import Field, Model, QuerySet
+from django.db.models.constants import OnConflict
 from django.db.models.sql import DeleteQuery, InsertQuery, UpdateQuery
 
 from ..ids import now_ms
@@ -50,9 +51,9 @@ def delete_sql(queryset: QuerySet, returning: str) -> Template:
     return f"{sql} RETURNING {returning}", params
 
 
-def insert_sql(model, fields: Sequence[str], rows: list[Model], using: str, *,
-               returning: Sequence[str] = (), on_conflict=None, update_fields=(),
-               unique_fields=()) -> Template:
+def insert_sql(model: type[Model], fields: Sequence[str], rows: list[Model], using: str, *,
+               returning: Sequence[str] = (), on_conflict: OnConflict | None = None,
+               update_fields: Sequence[str] = (), unique_fields: Sequence[str] = ()) -> Template:
     """A multi-row INSERT of unsaved model instances whose values may be expressions."""
     meta = model._meta
     query = InsertQuery(
@@ -61,7 +62,7 @@ def insert_sql(model, fields: Sequence[str], rows: list[Model], using: str, *,
         update_fields=[meta.get_field(f) for f in update_fields] or None,
         unique_fields=[meta.get_field(f) for f in unique_fields] or None,
     )
-    query.insert_values([meta.get_field(f) for f in fields], rows)
+    query.insert_values([cast(Field, meta.get_field(f)) for f in fields], rows)  # columns, not relations
     compiler = query.get_compiler(using)
     compiler.returning_fields = [meta.get_field(f) for f in returning] or None
     ((sql, params),) = compiler.as_sql()

@@ -107,7 +107,14 @@ class WorkerOperations(StoreBase):
         claimed.sort(key=lambda t: (-t.priority, t.run_at_ms, t.id))
         return claimed
 
-    def _claim_in_transaction(self, queues, worker_id, lease_ms, plan, announce=None) -> list[TaskRecord]:
+    def _claim_in_transaction(
+        self,
+        queues: Sequence[str],
+        worker_id: str,
+        lease_ms: int,
+        plan: Sequence[tuple[Sequence[str] | None, int]],
+        announce: tuple[str, Sequence[str]] | None = None,
+    ) -> list[TaskRecord]:
         claimed: list[TaskRecord] = []
         with self.atomic():
             self.recover_leases()

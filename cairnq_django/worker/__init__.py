@@ -1,7 +1,7 @@
 """The worker: handler registry, task context and the loop that runs them."""
 
 from .context import TaskContext
-from .options import WorkerOptions
+from .options import WorkerOptions, WorkerOverrides
 from .registry import Registration, Registry, autodiscover, register, registry, task
 from .runner import Worker
 
@@ -11,6 +11,7 @@ __all__ = [
     "TaskContext",
     "Worker",
     "WorkerOptions",
+    "WorkerOverrides",
     "autodiscover",
     "register",
     "registry",

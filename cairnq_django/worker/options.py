@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from django.utils.module_loading import import_string
 
@@ -25,6 +25,28 @@ ErrorHook = Callable[[BaseException, dict[str, Any]], Any]
 def _setting(name: str, minimum: int | None = None) -> dict[str, Any]:
     """Field metadata: the CAIRNQ setting a field defaults to, and its integer floor."""
     return {"setting": name, "minimum": minimum}
+
+
+class WorkerOverrides(TypedDict, total=False):
+    """The keywords of `WorkerOptions.from_settings` and `Worker`: a misspelt one fails mypy.
+
+    One key per WorkerOptions field (a test keeps them in step); None means
+    the setting, and `on_error` may be a dotted path.
+    """
+
+    queues: Iterable[str] | None
+    names: Iterable[str] | None
+    concurrency: int | None
+    lease_ms: int | None
+    poll_ms: int | None
+    max_run_ms: int | None
+    shutdown_timeout_ms: int | None
+    retry_backoff_base_ms: int | None
+    retry_backoff_cap_ms: int | None
+    burst: bool | None
+    using: str | None
+    scheduler: bool | None
+    on_error: ErrorHook | str | None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -75,7 +97,7 @@ class WorkerOptions:
             raise ValueError(f"on_error must be callable, got {self.on_error!r}.")
 
     @classmethod
-    def from_settings(cls, **overrides: Any) -> WorkerOptions:
+    def from_settings(cls, **overrides: Unpack[WorkerOverrides]) -> WorkerOptions:
         """The options settings.CAIRNQ describes, with `overrides` (None: the setting) on top.
 
         `on_error` (and CAIRNQ['ON_ERROR']) may be a dotted path; it is imported here.

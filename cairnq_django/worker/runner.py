@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext, suppress
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 from django.core.exceptions import ImproperlyConfigured
 from django.db import connections
@@ -44,7 +44,7 @@ from .envelopes import shutdown_envelope, timeout_envelope
 from .execution import Call, Execution
 from .heartbeat import Heartbeat
 from .inflight import InFlight
-from .options import WorkerOptions
+from .options import WorkerOptions, WorkerOverrides
 from .pacing import WakePacing, idle_poll_s
 from .planner import (
     Rotation,
@@ -93,7 +93,7 @@ class Worker:
         *,
         registry: Registry | None = None,
         discover: bool = True,
-        **overrides: Any,
+        **overrides: Unpack[WorkerOverrides],
     ) -> None:
         if options is None:
             options = WorkerOptions.from_settings(**overrides)

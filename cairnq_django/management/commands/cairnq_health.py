@@ -10,8 +10,9 @@ and cron alerts.
 from __future__ import annotations
 
 import sys
+from typing import Any
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandParser
 
 from cairnq_django.conf import cairnq_settings
 from cairnq_django.observability.health import check
@@ -31,7 +32,7 @@ class Command(BaseCommand):
     requires_system_checks: list[str] = []
     requires_migrations_checks = False
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
             "--max-age", type=cli_duration, default=DEFAULT_MAX_AGE_MS, metavar="DURATION",
             help="How long the oldest due task may wait before the queue counts as stuck "
@@ -46,7 +47,7 @@ class Command(BaseCommand):
             help="Database alias of the queue. Default: CAIRNQ['DATABASE'].",
         )
 
-    def handle(self, *args, **options):
+    def handle(self, *args: Any, **options: Any) -> None:
         health = check(
             options["database"] or cairnq_settings.DATABASE,
             max_age_ms=options["max_age"], queues=options["queues"],

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from django.core.management.base import BaseCommand, CommandError
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from ...conf import cairnq_settings
 from ...schedules import state
@@ -23,7 +25,7 @@ class Command(BaseCommand):
         "the occurrences themselves; this command is not needed for schedules to run."
     )
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
             "action", nargs="?", default="list", choices=ACTIONS,
             help="list (default); run NAME: enqueue its task now, outside its timetable; "
@@ -39,7 +41,7 @@ class Command(BaseCommand):
             help="Database alias holding the CairnQ tables. Default: CAIRNQ['DATABASE'].",
         )
 
-    def handle(self, *args, **options):
+    def handle(self, *args: Any, **options: Any) -> None:
         using = options["database"] or cairnq_settings.DATABASE
         action, name = options["action"], options["name"]
         try:

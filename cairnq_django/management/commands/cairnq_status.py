@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db.utils import Error as DatabaseError
 
 from cairnq_django.admin.display import human_duration as format_duration
@@ -92,14 +93,14 @@ class Command(BaseCommand):
     help = "Print the CairnQ workers (live and gone) and the queue × status table."
     requires_system_checks: list[str] = []
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--json", action="store_true", help="Print JSON instead of tables.")
         parser.add_argument(
             "--database", default=None, type=cli_database,
             help="Database alias of the queue. Default: CAIRNQ['DATABASE'].",
         )
 
-    def handle(self, *args, **options):
+    def handle(self, *args: Any, **options: Any) -> None:
         alias = options["database"] or cairnq_settings.DATABASE
         missing = known_missing_tables(alias)
         if missing:

@@ -5,15 +5,20 @@ from __future__ import annotations
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from contextlib import contextmanager
+from types import FrameType
+from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser, OutputWrapper
 
 from cairnq_django.conf import cairnq_settings
 from cairnq_django.records import TERMINAL_STATUSES
 from cairnq_django.retention import (
     SETTING,
+    RetentionRule,
     RetentionSweeper,
+    RuleResult,
     cli_duration,
     format_compact_duration,
     parse_retention,
@@ -29,7 +34,7 @@ class Progress:
     file or pipe) each report is its own line.
     """
 
-    def __init__(self, stream, *, interactive: bool, every_s: float = 0.5) -> None:
+    def __init__(self, stream: OutputWrapper, *, interactive: bool, every_s: float = 0.5) -> None:
         self.stream = stream
         self.interactive = interactive
         self.every_s = every_s
@@ -37,7 +42,7 @@ class Progress:
         self._last = 0.0
         self._dirty = False
 
-    def __call__(self, rule, deleted: int) -> None:
+    def __call__(self, rule: RetentionRule, deleted: int) -> None:
         now = time.monotonic()
         if deleted <= self.batch_size or now - self._last < self.every_s:
             return
@@ -61,13 +66,13 @@ class Progress:
 
 
 @contextmanager
-def stop_on_signals(sweeper):
+def stop_on_signals(sweeper: RetentionSweeper) -> Iterator[None]:
     """Turn the first SIGINT/SIGTERM into sweeper.stop(); a second one exits at once."""
     if threading.current_thread() is not threading.main_thread():
         yield  # signal handlers can only be set from the main thread
         return
 
-    def on_signal(signum, frame):
+    def on_signal(signum: int, frame: FrameType | None) -> None:
         # Only flag the stop: the sweep runs on this very thread, so waiting
         # for it inside the handler would wait forever.
         for sig in previous:
@@ -89,7 +94,7 @@ class Command(BaseCommand):
         "sweep; --status/--queue/--name narrow it, or the settings' rules."
     )
 
-    def add_arguments(self, parser):
+    def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
             "--loop", action="store_true",
             help="Sweep every SWEEP_INTERVAL until SIGTERM or SIGINT.",
@@ -125,7 +130,7 @@ class Command(BaseCommand):
             help="Show progress on stderr even when it is not a terminal.",
         )
 
-    def handle(self, *args, **options):
+    def handle(self, *args: Any, **options: Any) -> None:
         self.verbosity: int = options["verbosity"]  # _report() is quieter below 2
         using = options["database"] or cairnq_settings.DATABASE
         rules = self._rules(options)
@@ -157,7 +162,7 @@ class Command(BaseCommand):
             else:
                 self._report(sweeper.sweep_once(), progress, quiet_if_empty=False)
 
-    def _rules(self, options):
+    def _rules(self, options: dict[str, Any]) -> list[RetentionRule]:
         older_than_ms = options["older_than"]
         configured = []
         if older_than_ms is None:
@@ -184,7 +189,9 @@ class Command(BaseCommand):
             )
         return rules
 
-    def _report(self, results, progress, *, quiet_if_empty):
+    def _report(
+        self, results: list[RuleResult], progress: Progress | None, *, quiet_if_empty: bool
+    ) -> None:
         if progress is not None:
             progress.clear()
         verb = "Would delete" if any(r.dry_run for r in results) else "Deleted"
