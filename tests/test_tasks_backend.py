@@ -316,10 +316,10 @@ def test_check_reports_the_app_missing_from_installed_apps(db):
 def test_enqueue_without_the_app_says_to_install_it(db, monkeypatch):
     from django.conf import settings
 
-    from cairnq_django.store import plumbing
+    from cairnq_django.store import executor
 
     # A process that never had the app has never verified its tables.
-    monkeypatch.setattr(plumbing, "_verified_aliases", set())
+    monkeypatch.setattr(executor, "_verified_aliases", set())
     without = [app for app in settings.INSTALLED_APPS if app != "cairnq_django"]
     with override_settings(INSTALLED_APPS=without):
         with pytest.raises(cairnq_django.CairnQError) as info:

@@ -20,6 +20,7 @@ from django.db.models.expressions import CombinedExpression, Expression
 
 from ..fields import EpochMillisField
 from ..ids import now_ms
+from .dialects import RAW_TEXT_COLUMNS
 
 # What as_sql() and its vendor variants return here: SQL and a list of
 # parameters that may be Slots. django-stubs 6 declares a tuple of str | int
@@ -148,11 +149,24 @@ class LiteralIn(Lookup):
 
 
 class RawText(Expression):
-    """A free-text column as the codec reads it: bytes on SQLite (see Dialect.fails_on_bad_text)."""
+    """A free-text column as the codec reads it: bytes on SQLite, text elsewhere.
+
+    The one way the package reads payload, result, error, metadata and message
+    (dialects.RAW_TEXT_COLUMNS): Python's sqlite3 decodes TEXT while fetching,
+    and one value that is not UTF-8 fails the whole statement (a claim, a
+    listing), while a BLOB comes back as bytes for the codec to decode and
+    report. PostgreSQL text is always valid, and Django's drivers hand jsonb
+    over as its text.
+    """
 
     def __init__(self, column: str) -> None:
         super().__init__(output_field=models.TextField())
         self.column = models.F(column)
+
+    @classmethod
+    def for_column(cls, column: str) -> Expression | models.F:
+        """`column` read as the codec reads it: raw if it is free text, else as it is."""
+        return cls(column) if column in RAW_TEXT_COLUMNS else models.F(column)
 
     def get_source_expressions(self) -> list[Any]:
         return [self.column]
@@ -160,9 +174,9 @@ class RawText(Expression):
     def set_source_expressions(self, exprs: Sequence[Any]) -> None:
         (self.column,) = exprs
 
-    def as_sql(self, compiler, connection) -> SqlAndParams:
+    def as_sql(self, compiler: Any, connection: Any) -> SqlAndParams:
         return compiler.compile(self.column)
 
-    def as_sqlite(self, compiler, connection) -> SqlAndParams:
+    def as_sqlite(self, compiler: Any, connection: Any) -> SqlAndParams:
         sql, params = compiler.compile(self.column)
         return f"CAST({sql} AS BLOB)", params
