@@ -2,7 +2,7 @@
 
 `NowMs` is "now in epoch milliseconds", compiled per backend: the database
 clock on PostgreSQL (hosts do not share a clock), the process clock on SQLite.
-`Param` is a value bound when a cached statement runs (see statements.py).
+`Param` is a value bound when a cached statement runs (see statement_cache.py).
 `LiteralIn` spells a status list as literals, because SQLite uses a partial
 index only when it can prove the query's WHERE implies the index predicate,
 and it cannot with bound parameters.
@@ -28,7 +28,7 @@ from .dialects import RAW_TEXT_COLUMNS
 # take any sequence of adaptable values.
 SqlAndParams = tuple[str, Any]
 
-# True while statements.py compiles a statement to cache it: Params and the
+# True while statement_cache.py compiles a statement to cache it: Params and the
 # SQLite clock then become slots, filled in each time the statement runs.
 compiling_template: ContextVar[bool] = ContextVar("cairnq_compiling_template", default=False)
 
