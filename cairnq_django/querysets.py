@@ -3,7 +3,7 @@
 What is claimable, what has an expired lease, what is finished and what may
 be purged are defined here and nowhere else: the store's statements, the
 retention sweeper's dry run, the admin and the stats read through them.
-Values may be plain or `Param` expressions (statements.py caches the SQL).
+Values may be plain or `Param` expressions (store/statement_cache.py caches the SQL).
 Statuses are literals (LiteralIn): SQLite matches a partial index only
 against a literal, and a plan that depended on a bound value is prepared
 again each time the statement runs.

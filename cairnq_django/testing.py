@@ -144,7 +144,7 @@ class TaskRunner:
                 self.store.tasks().filter(status="queued", run_at_ms__lte=self.store.clock_ms())
                 .exclude(name__in=names).order_by("id")
             )
-            unhandled = self.store.fetch(due[:100])
+            unhandled = self.store.executor.fetch(due[:100])
             if unhandled:
                 raise UnhandledTask(unhandled, names)
         return ran
@@ -279,10 +279,10 @@ _originals: dict[str, Any] = {}
 
 
 def _install_hooks() -> None:
-    from .store.base import Store
+    from .store.application import ApplicationOperations
 
-    _originals["submit_prepared"] = Store.submit_prepared
-    _originals["submit_many"] = Store.submit_many
+    _originals["submit_prepared"] = ApplicationOperations.submit_prepared
+    _originals["submit_many"] = ApplicationOperations.submit_many
     _originals["atomic_exit"] = transaction.Atomic.__exit__
 
     def submit_prepared(store: Any, spec: Any, **kwargs: Any) -> TaskRecord:
@@ -302,16 +302,16 @@ def _install_hooks() -> None:
         return outcome
 
     # The wrappers pass every argument through, so they take what the methods take.
-    Store.submit_prepared = submit_prepared  # type: ignore[method-assign,assignment]
-    Store.submit_many = submit_many  # type: ignore[method-assign,assignment]
+    ApplicationOperations.submit_prepared = submit_prepared  # type: ignore[method-assign,assignment]
+    ApplicationOperations.submit_many = submit_many  # type: ignore[method-assign,assignment]
     transaction.Atomic.__exit__ = atomic_exit  # type: ignore[method-assign]
 
 
 def _remove_hooks() -> None:
-    from .store.base import Store
+    from .store.application import ApplicationOperations
 
-    Store.submit_prepared = _originals.pop("submit_prepared")  # type: ignore[method-assign]
-    Store.submit_many = _originals.pop("submit_many")  # type: ignore[method-assign]
+    ApplicationOperations.submit_prepared = _originals.pop("submit_prepared")  # type: ignore[method-assign]
+    ApplicationOperations.submit_many = _originals.pop("submit_many")  # type: ignore[method-assign]
     transaction.Atomic.__exit__ = _originals.pop("atomic_exit")  # type: ignore[method-assign]
 
 

@@ -24,8 +24,7 @@ from django.db import DatabaseError, connection, transaction
 
 import cairnq_django
 from cairnq_django import AlreadyExists
-from cairnq_django.store import queries as q
-from cairnq_django.store.base import Store
+from cairnq_django.store.application import ApplicationOperations
 
 _KINDS = (
     (r"BEGIN", "BEGIN"),
@@ -167,13 +166,11 @@ def test_a_reused_key_writes_nothing(warm):
 
 
 # ---------------------------------------------------------------- correctness without the savepoint
-def _failing_key_write(store, statement, *args, **kwargs):
-    if statement is q.POINT_KEY:
-        raise DatabaseError("the key row could not be written")
-    return _real_run(store, statement, *args, **kwargs)
-
-
-_real_run = Store._run
+def _failing_key_write() -> mock._patch[mock.MagicMock]:
+    return mock.patch.object(
+        ApplicationOperations, "_point_key",
+        side_effect=DatabaseError("the key row could not be written"),
+    )
 
 
 def _tasks_named(name: str) -> int:
@@ -181,7 +178,7 @@ def _tasks_named(name: str) -> int:
 
 
 def test_a_keyed_enqueue_that_fails_part_way_in_autocommit_leaves_nothing(warm):
-    with mock.patch.object(Store, "_run", autospec=True, side_effect=_failing_key_write):
+    with _failing_key_write():
         with pytest.raises(DatabaseError):
             cairnq_django.enqueue("tests.half", key=_key())
     assert _tasks_named("tests.half") == 0
@@ -192,7 +189,7 @@ def test_a_keyed_enqueue_that_fails_part_way_cannot_commit_with_the_caller(warm)
     even if it catches the error and carries on, must not commit the task alone."""
     with transaction.atomic():
         cairnq_django.enqueue("tests.kept-back", {"n": 1})
-        with mock.patch.object(Store, "_run", autospec=True, side_effect=_failing_key_write):
+        with _failing_key_write():
             with pytest.raises(DatabaseError):
                 cairnq_django.enqueue("tests.half", key=_key())
         assert connection.needs_rollback
@@ -222,7 +219,7 @@ def test_a_keyed_enqueue_rolls_back_with_the_caller(warm):
 
 # ---------------------------------------------------------------- the worker's side
 def test_a_postgres_claim_in_autocommit_stays_one_round_trip(warm):
-    """The recovery and the claim go out as one query (worker_ops), which needs
+    """The recovery and the claim go out as one query (store/leases.py), which needs
     psycopg's client-side cursor to be recognised without importing psycopg."""
     if connection.vendor != "postgresql":
         pytest.skip("SQLite has no round trips to count")
@@ -242,7 +239,7 @@ def test_a_sqlite_worker_does_not_load_psycopg(child_env):
         pytest.skip("Django's PostgreSQL backend loads psycopg itself")
     code = (
         "import sys, django; django.setup(); "
-        "import cairnq_django.store.base, cairnq_django.worker.runner, cairnq_django.client; "
+        "import cairnq_django.store.facade, cairnq_django.worker.runner, cairnq_django.client; "
         "print('psycopg' in sys.modules)"
     )
     found = subprocess.run(

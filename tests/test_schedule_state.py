@@ -193,9 +193,9 @@ def test_the_worker_flag_turns_the_scheduler_off():
 
 def test_time_comes_from_the_queue_database_clock(monkeypatch):
     # A host clock a day behind: PostgreSQL ignores it, SQLite (one host) uses it.
-    from cairnq_django.store import get_store, plumbing
+    from cairnq_django.store import executor, get_store
 
-    monkeypatch.setattr(plumbing, "now_ms", lambda: 86_400_000)
+    monkeypatch.setattr(executor, "now_ms", lambda: 86_400_000)
     scheduler(s={"every": 1000}).tick()
     cursor = ScheduleState.objects.get(name="s").cursor_ms
     if get_store("default").dialect.uses_process_clock:

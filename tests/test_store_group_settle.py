@@ -8,6 +8,7 @@ import pytest
 from django.db import connections
 
 from cairnq_django.errors import LostLease, SerializationError
+from cairnq_django.store.encoding import encode_result
 from cairnq_django.worker.settler import Settler
 
 from .storeutil import expire_lease, raw, run
@@ -24,10 +25,10 @@ def test_a_group_completes_every_row_it_still_owns_and_reports_the_others(store)
     store.cancel(cancel.id)
     rows = store.complete_encoded_many(
         [
-            (held.id, "w1", store.encode_result({"ok": 1})),
-            (expired.id, "w1", store.encode_result(None)),
-            (foreign.id, "someone-else", store.encode_result(None)),
-            (cancel.id, "w1", store.encode_result("late")),
+            (held.id, "w1", encode_result({"ok": 1})),
+            (expired.id, "w1", encode_result(None)),
+            (foreign.id, "someone-else", encode_result(None)),
+            (cancel.id, "w1", encode_result("late")),
         ]
     )
     assert rows[1] is None and rows[2] is None  # lease gone / not ours: nothing written
@@ -42,7 +43,7 @@ def test_a_group_completes_every_row_it_still_owns_and_reports_the_others(store)
 
 def test_a_group_stores_none_as_sql_null_like_complete(store):
     (task,) = claimed(store, 1)
-    (row,) = store.complete_encoded_many([(task.id, "w1", store.encode_result(None))])
+    (row,) = store.complete_encoded_many([(task.id, "w1", encode_result(None))])
     assert row.result is None
     assert raw(store, "SELECT result IS NULL FROM cairnq_tasks WHERE id = %s", [task.id]) == [
         (True,)
@@ -51,7 +52,7 @@ def test_a_group_stores_none_as_sql_null_like_complete(store):
 
 def test_an_unencodable_result_is_refused_before_anything_is_queued(store):
     with pytest.raises(SerializationError):
-        store.encode_result({"when": object()})
+        encode_result({"when": object()})
 
 
 def test_an_empty_group_writes_nothing(store):

@@ -10,7 +10,7 @@ import pytest
 from django.db import connection
 
 from cairnq_django import ProtocolVersionMismatch, SerializationError
-from cairnq_django.store import plumbing
+from cairnq_django.store.executor import forget_verified
 
 from .storeutil import raw, run
 
@@ -81,9 +81,9 @@ def test_json_is_stored_without_language_specific_tokens(store):
 @pytest.fixture
 def protocol_version_2(store):
     raw(store, "UPDATE cairnq_meta SET value = '2' WHERE key = 'protocol_version'")
-    plumbing.forget_verified_protocol(store.using)
+    forget_verified(store.using)
     yield store
-    plumbing.forget_verified_protocol(store.using)
+    forget_verified(store.using)
 
 
 def test_a_different_protocol_major_is_refused(protocol_version_2):

@@ -316,11 +316,11 @@ def test_check_reports_the_app_missing_from_installed_apps(db):
 def test_enqueue_without_the_app_says_to_install_it(db):
     from django.conf import settings
 
-    from cairnq_django.store import plumbing
+    from cairnq_django.store import executor
 
     # A process that never had the app has never verified its tables.
     for alias in settings.DATABASES:
-        plumbing.forget_verified_protocol(alias)
+        executor.forget_verified(alias)
     without = [app for app in settings.INSTALLED_APPS if app != "cairnq_django"]
     with override_settings(INSTALLED_APPS=without):
         with pytest.raises(cairnq_django.CairnQError) as info:

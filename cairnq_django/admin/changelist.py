@@ -16,6 +16,7 @@ from django.utils.functional import cached_property
 
 from ..models import Task, TaskKey
 from ..store.admin_reads import estimated_task_count
+from ..store.django_private import is_filtered, is_sliced
 
 
 class BoundedCountPaginator(Paginator):
@@ -38,7 +39,7 @@ class BoundedCountPaginator(Paginator):
         if counted <= self.COUNT_LIMIT:
             return counted
         self.count_is_exact = False
-        estimate = 0 if queryset.query.where else (estimated_task_count(queryset.db) or 0)
+        estimate = 0 if is_filtered(queryset) else (estimated_task_count(queryset.db) or 0)
         if estimate > self.COUNT_LIMIT:
             self.count_is_estimate = True
             return estimate
@@ -74,7 +75,7 @@ class TaskChangeList(ChangeList):
     def get_results(self, request: HttpRequest) -> None:
         super().get_results(request)
         results: Any = self.result_list
-        if not results.query.is_sliced:
+        if not is_sliced(results):
             # A one-page result comes unsliced. A LIMIT that cuts nothing
             # still matters: without one SQLite answers "ORDER BY rowid" with
             # a full table scan instead of the filter's index.

@@ -1,7 +1,7 @@
 """The task page's read-only fields: times, family links, keys and the raw free-text columns.
 
 Rows come from foreign writers too, so the page reads payload, metadata,
-result, error and message raw (see store.admin_reads.raw_column) and shows
+result, error and message raw (see store.expressions.RawText) and shows
 what does not decode as escaped text with a note.
 """
 
@@ -22,8 +22,8 @@ from django.utils.translation import gettext_lazy as _
 from .. import compat, jsoncodec
 from ..conf import cairnq_settings
 from ..models import Task, TaskKey
-from ..store.admin_reads import raw_column
 from ..store.dialects import RAW_TEXT_COLUMNS
+from ..store.expressions import RawText
 from .display import decode_raw, error_block, format_time, json_block
 from .guarded import GuardedAdmin, acceptable_id
 from .views.workers import worker_link
@@ -57,7 +57,7 @@ class TaskPageAdmin(GuardedAdmin):
     # ------------------------------------------------------- raw free text
     def _with_raw_columns(self, queryset: QuerySet[Task]) -> QuerySet[Task]:
         return queryset.annotate(
-            **{_raw_attr(column): raw_column(column, self.using) for column in RAW_TEXT_COLUMNS}
+            **{_raw_attr(column): RawText(column) for column in RAW_TEXT_COLUMNS}
         )
 
     def get_object(
@@ -78,7 +78,7 @@ class TaskPageAdmin(GuardedAdmin):
         return task
 
     def _raw(self, task: Task, column: str) -> Any:
-        """A free-text column of `task` as raw_column reads it (fetched if get_object did not)."""
+        """A free-text column of `task` as RawText reads it (fetched if get_object did not)."""
         attr = _raw_attr(column)
         if not hasattr(task, attr):
             names = [_raw_attr(c) for c in RAW_TEXT_COLUMNS]

@@ -10,28 +10,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import connections
-from django.db.models import BinaryField, Count, Field, Min, OrderBy, Q, TextField
+from django.db.models import Count, Field, Min, OrderBy, Q
 from django.db.models.expressions import RawSQL
-from django.db.models.functions import Cast
 
 from ..ids import now_ms
 from ..models import Task
 from ..records import TERMINAL_STATUSES
 from . import get_store, sql
 from .dialects import dialect_of
+from .expressions import RawText
 
 HOUR_MS = 3_600_000
-
-
-def raw_column(column: str, using: str) -> Cast:
-    """A task column as text the driver can always fetch: bytes where bad text fails the fetch.
-
-    Python's sqlite3 decodes TEXT while fetching, and one value that is not
-    UTF-8 fails the whole query; a BLOB comes back as bytes. PostgreSQL text is
-    always valid, and jsonb::text prints any jsonb, however deep.
-    """
-    raw = dialect_of(using).reads_raw(column)
-    return Cast(column, BinaryField() if raw else TextField())
 
 
 def task_message(using: str, task_id: str) -> str | None:
@@ -39,7 +28,7 @@ def task_message(using: str, task_id: str) -> str | None:
     value = (
         Task.objects.using(using)
         .filter(pk=task_id)
-        .values_list(raw_column("message", using), flat=True)
+        .values_list(RawText("message"), flat=True)
         .first()
     )
     if isinstance(value, (bytes, bytearray, memoryview)):

@@ -65,7 +65,7 @@ class Dialect:
     # ANALYZE / PRAGMA optimize keeps the planner on the lease index.
     needs_periodic_analyze: bool
     # Django's cursor binds named parameters faster than positional ones
-    # (statements.py).
+    # (statement_cache.py).
     binds_by_name: bool
     # Column types spelled as the peers spell them where Django's differ.
     text_type: str | None

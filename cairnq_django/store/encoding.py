@@ -34,8 +34,11 @@ def inserted_record(spec: dict[str, Any], now: int) -> TaskRecord:
     )
 
 
-def result_json(result: Any) -> str | None:
-    """Encode a handler's result; None is stored as SQL NULL, as the peers store it."""
+def encode_result(result: Any) -> str | None:
+    """A handler's result as stored (None is SQL NULL, as the peers store it).
+
+    Raises SerializationError before any write.
+    """
     return None if result is None else jsoncodec.dumps(result, what="result")
 
 

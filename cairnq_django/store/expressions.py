@@ -2,7 +2,7 @@
 
 `NowMs` is "now in epoch milliseconds", compiled per backend: the database
 clock on PostgreSQL (hosts do not share a clock), the process clock on SQLite.
-`Param` is a value bound when a cached statement runs (see statements.py).
+`Param` is a value bound when a cached statement runs (see statement_cache.py).
 `LiteralIn` spells a status list as literals, because SQLite uses a partial
 index only when it can prove the query's WHERE implies the index predicate,
 and it cannot with bound parameters.
@@ -22,6 +22,7 @@ from django.db.models.sql.compiler import SQLCompiler
 
 from ..fields import EpochMillisField
 from ..ids import now_ms
+from .dialects import RAW_TEXT_COLUMNS
 
 # What as_sql() and its vendor variants return here: SQL and a list of
 # parameters that may be Slots. django-stubs 6 declares a tuple of str | int
@@ -29,7 +30,7 @@ from ..ids import now_ms
 # take any sequence of adaptable values.
 SqlAndParams = tuple[str, Any]
 
-# True while statements.py compiles a statement to cache it: Params and the
+# True while statement_cache.py compiles a statement to cache it: Params and the
 # SQLite clock then become slots, filled in each time the statement runs.
 compiling_template: ContextVar[bool] = ContextVar("cairnq_compiling_template", default=False)
 
@@ -150,12 +151,24 @@ class LiteralIn(Lookup):
 
 
 class RawText(Expression):
-    """A free-text column as the codec reads it: bytes on SQLite (see Dialect.fails_on_bad_text)."""
+    """A free-text column as the codec reads it: bytes on SQLite, text elsewhere.
+
+    The one way the package reads payload, result, error, metadata and message
+    (dialects.RAW_TEXT_COLUMNS): Python's sqlite3 decodes TEXT while fetching,
+    and one value that is not UTF-8 fails the whole statement (a claim, a
+    listing), while a BLOB comes back as bytes for the codec to decode and
+    report. PostgreSQL text is always valid, and Django's drivers hand jsonb
+    over as its text.
+    """
 
     def __init__(self, column: str) -> None:
         super().__init__(output_field=models.TextField())
-        # An F until the query resolves it into the column's Col.
-        self.column: Any = models.F(column)
+        self.column = models.F(column)
+
+    @classmethod
+    def for_column(cls, column: str) -> Expression | models.F:
+        """`column` read as the codec reads it: raw if it is free text, else as it is."""
+        return cls(column) if column in RAW_TEXT_COLUMNS else models.F(column)
 
     def get_source_expressions(self) -> list[Any]:
         return [self.column]
@@ -163,9 +176,9 @@ class RawText(Expression):
     def set_source_expressions(self, exprs: Sequence[Any]) -> None:
         (self.column,) = exprs
 
-    def as_sql(self, compiler: SQLCompiler, connection: BaseDatabaseWrapper) -> SqlAndParams:
+    def as_sql(self, compiler: Any, connection: Any) -> SqlAndParams:
         return compiler.compile(self.column)
 
-    def as_sqlite(self, compiler: SQLCompiler, connection: BaseDatabaseWrapper) -> SqlAndParams:
+    def as_sqlite(self, compiler: Any, connection: Any) -> SqlAndParams:
         sql, params = compiler.compile(self.column)
         return f"CAST({sql} AS BLOB)", params

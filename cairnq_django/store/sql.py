@@ -1,7 +1,7 @@
 """The statements the store runs as SQL text: what the ORM cannot express.
 
 Each one says why. Everything else the store runs is an ORM QuerySet compiled
-by Django (statements.py). docs/database-setup.md lists these with reasons.
+by Django (django_private.py). docs/database-setup.md lists these with reasons.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 LOCK_KEY = "SELECT pg_advisory_xact_lock(hashtextextended(%s::text, 0))"
 
 # Bulk enqueue through COPY FROM STDIN (PostgreSQL): half the cost per row of
-# a multi-row INSERT (W1b). Django has no COPY.
+# a multi-row INSERT. Django has no COPY.
 COPY_TASKS = (
     "COPY cairnq_tasks (id, name, queue, status, payload, metadata, max_attempts, priority,"
     " run_at_ms, parent_id, root_id, correlation_id, created_at_ms, updated_at_ms) FROM STDIN"
@@ -25,6 +25,15 @@ COPY_TASKS = (
 # "Now" on its own, for COPY's rows and for Store.clock_ms(): Django cannot
 # select an expression without a table.
 SELECT_VALUE = "SELECT {expression}"
+
+# The claim transaction's last statement on PostgreSQL: tell the fleet that
+# nothing claimable is left for some names (wakeup/drained.py). {probe} is the
+# compiled HAS_CLAIMABLE statement, every value in it a bound parameter;
+# Django cannot select from a subquery that is not a model.
+DRAINED_NOTIFY = (
+    "SELECT pg_notify(%s, %s) FROM ({probe}) AS cairnq_probe (work, expired)"
+    " WHERE NOT cairnq_probe.work"
+)
 
 # The admin filters' distinct values of an indexed column as a skip-scan: each
 # step asks the index for the next value above the last, so a million rows in

@@ -26,8 +26,8 @@ from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS
 
-from ..store import queries as q
 from ..store import sql
+from ..store.protocol_statements import LIVE_PROBE, QUEUED_PROBE, draw_values
 from .base import RECONNECT_INITIAL_S, RECONNECT_MAX_S, Waits, sleep
 
 logger = logging.getLogger("cairnq_django.wakeup")
@@ -295,12 +295,12 @@ class SQLiteWakeup(Waits):
     def _has_queued(self, queues: Sequence[str]) -> bool:
         """Return whether due queued work exists on `queues` (True if unsure)."""
         return self._finds(
-            q.QUEUED_PROBE.bind(self._using, q.draw_values(queues, None), (len(queues),))
+            QUEUED_PROBE.bind(self._using, draw_values(queues, None), (len(queues),))
         )
 
     def _is_finished(self, task_id: str) -> bool:
         """Return whether the task is terminal or gone (True if unsure)."""
-        return not self._finds(q.LIVE_PROBE.bind(self._using, {"id": task_id}), unsure=False)
+        return not self._finds(LIVE_PROBE.bind(self._using, {"id": task_id}), unsure=False)
 
     def _finds(self, probe: tuple[str, Any], unsure: bool = True) -> bool:
         """Whether the probe finds a row, read on the watcher's own connection; `unsure` on errors.

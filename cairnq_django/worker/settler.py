@@ -32,6 +32,7 @@ from ..errors import LostLease
 from ..pooling import release
 from ..records import TaskRecord
 from ..store import Store
+from ..store.encoding import encode_result
 
 logger = logging.getLogger("cairnq_django.worker")
 
@@ -99,7 +100,7 @@ class Settler:
         Raises SerializationError (before queueing), LostLease, or the
         database error that the group met twice.
         """
-        item = _Item(task_id, worker_id, self.store.encode_result(result))
+        item = _Item(task_id, worker_id, encode_result(result))
         with self._open_lock:
             queued = self._open
             if queued:

@@ -1,22 +1,45 @@
-"""The worker's side of the protocol: probe, claim, renew, report progress, settle."""
+"""What only a lease holder may do: probe for work, claim it, renew the lease, report, settle.
+
+The worker and `testing` call these. Every write after the claim checks that
+the caller still holds the lease (its worker id, and a lease that has not
+expired); one that matched nothing raises LostLease.
+"""
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterable, Sequence
 from contextlib import nullcontext
 from typing import Any
 
-from django.db import connections, transaction
+from django.db import connections
 
 from ..errors import LostLease, error_envelope
 from ..jsoncodec import check_text, dumps
 from ..records import DEFAULT_LEASE_MS, TaskRecord
 from ..validators import check_integer
-from . import queries as q
-from .encoding import LEASE_EXPIRED, error_json, record, result_json
-from .plumbing import StoreBase
-from .statements import Statement
+from . import sql
+from .django_private import is_client_binding
+from .encoding import LEASE_EXPIRED, encode_result, error_json, record
+from .executor import Executor
+from .protocol_statements import (
+    CLAIM,
+    COMPLETE,
+    COMPLETE_MANY,
+    FAIL,
+    HAS_CLAIMABLE,
+    METADATA,
+    PROGRESS,
+    RECOVER,
+    RENEW,
+    RENEW_MANY,
+    SUCCEED,
+    claim_shape,
+    draw_values,
+)
+from .statement_cache import Statement
+
+# Rows per grouped-completion statement: 3 parameters each.
+_GROUP_ROWS = 500
 
 
 def drained_notify_sql(
@@ -26,46 +49,32 @@ def drained_notify_sql(
     from ..wakeup.drained import DRAINED_CHANNEL
 
     shape = (len(queues), len(names))
-    probe, probe_params = q.HAS_CLAIMABLE.bind(using, q.draw_values(queues, names), shape)
+    probe, probe_params = HAS_CLAIMABLE.bind(using, draw_values(queues, names), shape)
     # The probe is a compiled statement; every value in it is a bound parameter.
-    sql = (
-        f"SELECT pg_notify(%s, %s) FROM ({probe}) AS cairnq_probe (work, expired)"  # noqa: S608
-        " WHERE NOT cairnq_probe.work"
-    )
-    return sql, [DRAINED_CHANNEL, key, *probe_params]
+    return sql.DRAINED_NOTIFY.format(probe=probe), [DRAINED_CHANNEL, key, *probe_params]
 
 
-def _is_client_cursor(cursor: Any) -> bool:
-    """Is `cursor` psycopg 3's client-side-binding cursor?
+class LeaseOperations:
+    """Claims and settles over one executor; every write checks that the caller holds the lease."""
 
-    Looked up in sys.modules rather than imported: a cursor can only be one
-    once psycopg is loaded, and importing it here cost a SQLite worker about
-    a sixth of its start-up (psycopg and libpq, ~50 ms under -X importtime).
-    """
-    psycopg = sys.modules.get("psycopg")
-    return psycopg is not None and isinstance(cursor, psycopg.ClientCursor)
-
-
-# Rows per grouped-completion statement: 3 parameters each.
-_GROUP_ROWS = 500
-
-
-class WorkerOperations(StoreBase):
-    """Claims and settles; every write checks that the caller still holds the lease."""
+    def __init__(self, executor: Executor) -> None:
+        self.executor = executor
+        self.using = executor.using
+        self.dialect = executor.dialect
 
     def has_claimable(self, *, queues: Sequence[str], names: Sequence[str] | None = None) -> bool:
         """Read-only probe: is there due work (or an expired lease) worth a claim?"""
         if names is not None and not names:
             return False
-        rows = self._run(
-            q.HAS_CLAIMABLE, q.draw_values(queues, names),
+        rows = self.executor.run(
+            HAS_CLAIMABLE, draw_values(queues, names),
             (len(queues), None if names is None else len(names)),
         )
         return bool(rows) and (bool(rows[0][0]) or bool(rows[0][1]))
 
     def recover_leases(self) -> list[TaskRecord]:
         """Settle every task whose lease expired; run inside the claim transaction."""
-        return self._tasks(q.RECOVER, {"lease_error": LEASE_EXPIRED})
+        return self.executor.records(RECOVER, {"lease_error": LEASE_EXPIRED})
 
     def claim(
         self,
@@ -116,15 +125,13 @@ class WorkerOperations(StoreBase):
         announce: tuple[str, Sequence[str]] | None = None,
     ) -> list[TaskRecord]:
         claimed: list[TaskRecord] = []
-        with self.atomic():
+        with self.executor.atomic():
             self.recover_leases()
             for draw_names, draw_limit in plan:  # already free of empty draws
-                values = {"worker_id": worker_id, "lease_ms": lease_ms, **q.draw_values(queues, draw_names)}
-                claimed += self._tasks(q.CLAIM, values, q.claim_shape(queues, draw_names, draw_limit))
+                values = {"worker_id": worker_id, "lease_ms": lease_ms, **draw_values(queues, draw_names)}
+                claimed += self.executor.records(CLAIM, values, claim_shape(queues, draw_names, draw_limit))
             if announce is not None:
-                sql, params = drained_notify_sql(self.using, queues, *announce)
-                with connections[self.using].cursor() as cursor:
-                    cursor.execute(sql, params)
+                self.executor.run_sql(*drained_notify_sql(self.using, queues, *announce))
         return claimed
 
     def _claim_one_round_trip(
@@ -151,38 +158,38 @@ class WorkerOperations(StoreBase):
             return None
         values = {
             "worker_id": worker_id, "lease_ms": lease_ms, "lease_error": LEASE_EXPIRED,
-            **q.draw_values(queues, names),
+            **draw_values(queues, names),
         }
-        shape = q.claim_shape(queues, names, limit)
-        self._verify_protocol()
+        shape = claim_shape(queues, names, limit)
+        self.executor.verify_protocol()
         with connection.cursor() as cursor:
-            if not _is_client_cursor(cursor.cursor):
+            if not is_client_binding(cursor):
                 return None
-            if not q.CLAIM.compiled(self.using, shape):
-                with transaction.atomic(using=self.using):
-                    q.RECOVER.template(self.using)
-                    q.CLAIM.template(self.using, shape)
-            recover, recover_params = q.RECOVER.bind(self.using, values)
-            claim, claim_params = q.CLAIM.bind(self.using, values, shape)
-            sql, params = f"{recover}; {claim}", recover_params + claim_params
+            recover, recover_params = RECOVER.bind(self.using, values)
+            claim, claim_params = CLAIM.bind(self.using, values, shape)
+            # Postgres binds positionally (Dialect.binds_by_name), so the lists join.
+            text = f"{recover}; {claim}"
+            params = [*recover_params, *claim_params]
             if announce is not None:
                 # A third statement of the same transaction, seeing the claim's changes.
                 notify, notify_params = drained_notify_sql(self.using, queues, *announce)
-                sql, params = f"{sql}; {notify}", params + notify_params
-            cursor.execute(sql, params)
+                text, params = f"{text}; {notify}", [*params, *notify_params]
+            cursor.execute(text, params)
             cursor.nextset()
             return [record(row) for row in cursor.fetchall()]
 
-    def _owned(self, statement: Statement, task_id: str, worker_id: str, values: dict) -> TaskRecord:
+    def _owned(
+        self, statement: Statement, task_id: str, worker_id: str, values: dict[str, Any]
+    ) -> TaskRecord:
         values.update(id=task_id, worker_id=worker_id)
-        task = self._task(statement, values)
+        task = self.executor.record(statement, values)
         if task is None:
             raise LostLease(task_id)
         return task
 
     def heartbeat(self, task_id: str, worker_id: str, lease_ms: int) -> TaskRecord:
         check_integer("lease_ms", lease_ms)
-        return self._owned(q.RENEW, task_id, worker_id, {"lease_ms": lease_ms})
+        return self._owned(RENEW, task_id, worker_id, {"lease_ms": lease_ms})
 
     def heartbeat_batch(
         self, task_ids: Sequence[str], worker_id: str, lease_ms: int
@@ -191,8 +198,8 @@ class WorkerOperations(StoreBase):
         check_integer("lease_ms", lease_ms)
         if not task_ids:
             return {}
-        rows = self._run(
-            q.RENEW_MANY, {"worker_id": worker_id, "lease_ms": lease_ms}, (len(task_ids),),
+        rows = self.executor.run(
+            RENEW_MANY, {"worker_id": worker_id, "lease_ms": lease_ms}, (len(task_ids),),
             [{"id": task_id} for task_id in task_ids],
         )
         held = {task_id: cancel_at is not None for task_id, cancel_at in rows}
@@ -216,7 +223,7 @@ class WorkerOperations(StoreBase):
                 raise ValueError(f"message must be a string, got {message!r}.")
             check_text(message, what="progress message")
         return self._owned(
-            q.PROGRESS, task_id, worker_id, {"progress": progress, "message": message}
+            PROGRESS, task_id, worker_id, {"progress": progress, "message": message}
         )
 
     def replace_metadata(
@@ -226,28 +233,23 @@ class WorkerOperations(StoreBase):
         if not isinstance(metadata, dict):
             raise ValueError(f"metadata must be a dict, got {type(metadata).__name__}.")
         return self._owned(
-            q.METADATA, task_id, worker_id, {"metadata": dumps(metadata, what="metadata")}
+            METADATA, task_id, worker_id, {"metadata": dumps(metadata, what="metadata")}
         )
 
     def succeed(self, task_id: str, worker_id: str, result: Any = None) -> TaskRecord:
         """running -> succeeded with result (ignores a pending cancel; see complete)."""
-        return self._owned(q.SUCCEED, task_id, worker_id, {"result": result_json(result)})
+        return self._owned(SUCCEED, task_id, worker_id, {"result": encode_result(result)})
 
     def complete(self, task_id: str, worker_id: str, result: Any = None) -> TaskRecord:
         """Finish a run: succeeded with result, or canceled if a cancel is pending."""
-        return self._owned(q.COMPLETE, task_id, worker_id, {"result": result_json(result)})
-
-    @staticmethod
-    def encode_result(result: Any) -> str | None:
-        """The stored form of a handler's result; raises SerializationError before any write."""
-        return result_json(result)
+        return self._owned(COMPLETE, task_id, worker_id, {"result": encode_result(result)})
 
     def complete_encoded_many(
         self, items: Sequence[tuple[str, str, str | None]]
     ) -> list[TaskRecord | None]:
         """Complete several runs in ONE transaction; None where the lease was no longer held.
 
-        Each item is (task_id, worker_id, result encoded by encode_result).
+        Each item is (task_id, worker_id, result encoded by encoding.encode_result).
         Every row keeps complete()'s own ownership check, so one lost lease
         settles nothing else wrongly; the saving is the commit, one per group
         instead of one per task.
@@ -265,9 +267,9 @@ class WorkerOperations(StoreBase):
         rows: list[TaskRecord] = []
         # One statement (the usual case: one worker's group) commits on its
         # own: a transaction around it would add BEGIN and COMMIT round trips.
-        with self.atomic() if len(updates) > 1 else nullcontext():
+        with self.executor.atomic() if len(updates) > 1 else nullcontext():
             for worker_id, chunk in updates:
-                rows += self._tasks(q.COMPLETE_MANY, {"worker_id": worker_id}, (len(chunk),), chunk)
+                rows += self.executor.records(COMPLETE_MANY, {"worker_id": worker_id}, (len(chunk),), chunk)
         by_id = {row.id: row for row in rows}
         return [by_id.get(task_id) for task_id, _, _ in items]
 
@@ -291,9 +293,6 @@ class WorkerOperations(StoreBase):
                 type="Error", code="handler_error", message=error, retryable=retryable
             )
         return self._owned(
-            q.FAIL, task_id, worker_id,
+            FAIL, task_id, worker_id,
             {"error": error_json(error, retryable), "retryable": bool(retryable), "delay_ms": delay_ms},
         )
-
-
-# ------------------------------------------------------------- the statements

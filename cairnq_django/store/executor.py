@@ -1,9 +1,11 @@
-"""The store's plumbing: running its statements on the alias's connection, its clock, its checks."""
+"""Runs the store's statements on one alias's connection, after checking its protocol version."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from contextlib import nullcontext
+from typing import Any
 
 from django.apps import apps
 from django.core.exceptions import ImproperlyConfigured
@@ -15,34 +17,34 @@ from ..ids import now_ms
 from ..querysets import TaskQuerySet
 from ..records import TaskRecord
 from ..schema import PROTOCOL_VERSION
-from . import queries as q
+from ..tables import known_missing_tables
 from . import sql
 from .dialects import Dialect, dialect_of
+from .django_private import select_sql
 from .encoding import record
 from .expressions import NowMs
-from .statements import Statement, select_sql
+from .protocol_statements import models, task_columns, tasks_of
+from .statement_cache import Statement
 
 _verified_aliases: set[str] = set()
 _verify_lock = threading.Lock()
 
 
-def forget_verified_protocol(using: str) -> None:
-    """Read `using`'s protocol version again on its next operation.
-
-    A process checks it once per alias; this is for a cairnq_meta that changed
-    under a running process (tests rewrite it, or take the app away).
-    """
+def forget_verified(using: str) -> None:
+    """Check the alias's protocol version again on its next statement (tests change it)."""
     _verified_aliases.discard(using)
 
 
 def unreadable_meta_error(using: str, exc: BaseException) -> Exception:
-    """Say why the protocol version could not be read: a missing table only when it is one.
+    """Say why the protocol version could not be read: missing tables only when they are.
 
-    Anything else (a refused connection, a settings error such as a pool with a
-    persistent CONN_MAX_AGE, a permission) is named as what failed; telling the
-    operator to migrate then would send them the wrong way.
+    Whether they are is the catalog's answer (tables.py), the same one the
+    worker and the health check get. Anything else (a refused connection, a
+    settings error such as a pool with a persistent CONN_MAX_AGE, a
+    permission) is named as what failed; telling the operator to migrate then
+    would send them the wrong way.
     """
-    if _is_missing_table(exc):
+    if known_missing_tables(using):
         return CairnQError(
             f"The CairnQ tables are missing from database {using!r}; "
             f"run `manage.py migrate cairnq_django --database {using}`. ({exc})"
@@ -64,53 +66,55 @@ def unreadable_meta_error(using: str, exc: BaseException) -> Exception:
     )
 
 
-def _is_missing_table(exc: BaseException) -> bool:
-    # PostgreSQL's SQLSTATE 42P01 (undefined_table) on the driver's error;
-    # SQLite has no codes for it, only its message.
-    cause = exc.__cause__ if exc.__cause__ is not None else exc
-    if getattr(cause, "sqlstate", None) == "42P01" or getattr(cause, "pgcode", None) == "42P01":
-        return True
-    return isinstance(exc, OperationalError) and "no such table" in str(exc)
-
-
-class StoreBase:
-    """What every store operation runs through, for one database alias."""
+class Executor:
+    """Runs compiled statements and SQL text on the connection of one database alias."""
 
     def __init__(self, using: str) -> None:
         self.using = using
         self.dialect: Dialect = dialect_of(using)
 
-    def _run(self, statement: Statement, values: dict | None = None, shape: tuple = (),
-             rows: Sequence[dict] = (), now: int | None = None) -> list[tuple]:
-        self._verify_protocol()
-        if self.dialect.has_row_locks and not statement.compiled(self.using, shape):
-            # Django compiles select_for_update() only inside a transaction.
-            with transaction.atomic(using=self.using):
-                statement.template(self.using, shape)
-        sql, params = statement.bind(self.using, values or {}, shape, rows, now)
+    def run(self, statement: Statement, values: dict[str, Any] | None = None,
+            shape: tuple[Any, ...] = (), rows: Sequence[dict[str, Any]] = (),
+            now: int | None = None) -> list[tuple[Any, ...]]:
+        """Bind and run a cached statement; its rows ([] for one that returns none)."""
+        self.verify_protocol()
+        sql_text, params = statement.bind(self.using, values or {}, shape, rows, now)
         with connections[self.using].cursor() as cursor:
-            cursor.execute(sql, params)
+            cursor.execute(sql_text, params)
             return cursor.fetchall() if cursor.description is not None else []
 
-    def _tasks(self, statement: Statement, values: dict | None = None, shape: tuple = (),
-               rows: Sequence[dict] = ()) -> list[TaskRecord]:
-        return [record(row) for row in self._run(statement, values, shape, rows)]
+    def run_sql(self, sql_text: str, params: Sequence[Any] = ()) -> None:
+        """Run SQL text (store/sql.py) for its effect."""
+        with connections[self.using].cursor() as cursor:
+            cursor.execute(sql_text, params)
 
-    def _task(self, statement: Statement, values: dict | None = None, shape: tuple = ()) -> TaskRecord | None:
-        found = self._tasks(statement, values, shape)
+    def records(self, statement: Statement, values: dict[str, Any] | None = None,
+                shape: tuple[Any, ...] = (),
+                rows: Sequence[dict[str, Any]] = ()) -> list[TaskRecord]:
+        """Run a statement that returns whole task rows, as records."""
+        return [record(row) for row in self.run(statement, values, shape, rows)]
+
+    def record(self, statement: Statement, values: dict[str, Any] | None = None,
+               shape: tuple[Any, ...] = ()) -> TaskRecord | None:
+        """The first task row a statement returns, or None."""
+        found = self.records(statement, values, shape)
         return found[0] if found else None
 
-    def fetch(self, queryset: QuerySet) -> list[TaskRecord]:
+    def fetch(self, queryset: QuerySet[Any, Any]) -> list[TaskRecord]:
         """Evaluate a task QuerySet of this alias into records, columns read as the codec needs."""
-        self._verify_protocol()
-        sql, params = select_sql(q.task_columns(queryset))
+        self.verify_protocol()
+        sql_text, params = select_sql(task_columns(queryset))
         with connections[self.using].cursor() as cursor:
-            cursor.execute(sql, params)
+            cursor.execute(sql_text, params)
             return [record(row) for row in cursor.fetchall()]
 
     def tasks(self) -> TaskQuerySet:
         """The Task QuerySet of this alias (querysets.TaskQuerySet)."""
-        return q.tasks_of(self.using)
+        return tasks_of(self.using)
+
+    def atomic(self) -> transaction.Atomic:
+        """A write transaction (or savepoint inside the caller's) on this alias."""
+        return transaction.atomic(using=self.using)
 
     def clock_ms(self) -> int:
         """Now in epoch ms from the queue's clock: the database's on PostgreSQL, this host's on SQLite."""
@@ -125,15 +129,17 @@ class StoreBase:
     def refresh_statistics(self) -> None:
         """Let the database refresh its planner statistics where it keeps them stale (SQLite)."""
         if self.dialect.needs_periodic_analyze:
-            self._verify_protocol()
-            with connections[self.using].cursor() as cursor:
-                cursor.execute(sql.OPTIMIZE)
+            self.verify_protocol()
+            self.run_sql(sql.OPTIMIZE)
 
-    def atomic(self) -> transaction.Atomic:
-        """A write transaction (or savepoint inside the caller's) on this alias."""
-        return transaction.atomic(using=self.using)
+    def lock_key(self, key: str) -> None:
+        """Serialize keyed writes on `key` until the transaction ends."""
+        # SQLite needs none: BEGIN IMMEDIATE already holds the write lock.
+        if self.dialect.has_advisory_locks:
+            self.run_sql(sql.LOCK_KEY, [key])
 
-    def _verify_protocol(self) -> None:
+    def verify_protocol(self) -> None:
+        """Raise unless the alias's tables speak this package's protocol version (once per alias)."""
         if self.using in _verified_aliases:
             return
         with _verify_lock:
@@ -147,13 +153,7 @@ class StoreBase:
                     "'cairnq_django' to INSTALLED_APPS, then run "
                     f"`manage.py migrate cairnq_django --database {self.using}`."
                 )
-            try:
-                found = (
-                    q.models().ProtocolMeta.objects.using(self.using)
-                    .filter(key="protocol_version").values_list("value", flat=True).first()
-                )
-            except Exception as exc:
-                raise unreadable_meta_error(self.using, exc) from exc
+            found = self._read_protocol_version()
             if found is None or str(found).split(".")[0] != str(PROTOCOL_VERSION):
                 raise ProtocolVersionMismatch(
                     f"Database {self.using!r} speaks CairnQ protocol_version {found!r}; "
@@ -161,9 +161,16 @@ class StoreBase:
                 )
             _verified_aliases.add(self.using)
 
-    def _lock_key(self, key: str) -> None:
-        # SQLite needs none: BEGIN IMMEDIATE already holds the write lock.
-        if self.dialect.has_advisory_locks:
-            with connections[self.using].cursor() as cursor:
-                cursor.execute(sql.LOCK_KEY, [key])
-
+    def _read_protocol_version(self) -> Any:
+        # Inside the caller's transaction the read gets a savepoint (once per
+        # process), so that after a failure the catalog can still be asked why.
+        connection = connections[self.using]
+        guard = self.atomic() if connection.in_atomic_block else nullcontext()
+        try:
+            with guard:
+                return (
+                    models().ProtocolMeta.objects.using(self.using)
+                    .filter(key="protocol_version").values_list("value", flat=True).first()
+                )
+        except Exception as exc:
+            raise unreadable_meta_error(self.using, exc) from exc

@@ -1,38 +1,36 @@
 """The store's statements, one per protocol operation, each built from Task QuerySets.
 
 Each builder returns an ORM statement (querysets.TaskQuerySet for the WHERE,
-transitions.py for the SET) that statements.Statement compiles once per alias
-and shape.
+transitions.py for the SET) that statement_cache.Statement compiles once per
+alias and shape.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from types import ModuleType
 from typing import Any
 
-from django.db import connections
-from django.db.models import Case, Exists, QuerySet, Value, When
-from django.db.models.constants import OnConflict
+from django.db.models import Case, Exists, F, QuerySet, Value, When
+from django.db.models.expressions import Expression
 
 from ..querysets import TaskQuerySet, one_of
-from ..records import COLUMNS, JSON_COLUMNS
+from ..records import COLUMNS
 from . import transitions
-from .dialects import RAW_TEXT_COLUMNS, dialect_of
-from .expressions import JsonParam, LiteralIn, NowMs, RawText, Slot, int_param, now_plus, text_param
-from .statements import (
-    Statement,
+from .dialects import dialect_of
+from .django_private import (
     Template,
     delete_sql,
-    insert_sql,
+    insert_rows_sql,
     qmark,
-    returning_columns,
     select_sql,
     update_sql,
+    upsert_sql,
 )
+from .expressions import JsonParam, LiteralIn, NowMs, RawText, Slot, int_param, now_plus, text_param
+from .statement_cache import Statement
 
 
-def models() -> ModuleType:
+def models() -> Any:
     """The app's models module, imported on first use: the package's __init__ imports the
     store before Django's app registry is ready."""
     from .. import models
@@ -44,14 +42,16 @@ def tasks_of(using: str) -> TaskQuerySet:
     return models().Task.objects.using(using)
 
 
-def task_columns(queryset: QuerySet) -> QuerySet:
-    """The whole row, every JSON and free-text column raw, for the codec to decode."""
-    return queryset.values_list(
-        *(RawText(c) if c in RAW_TEXT_COLUMNS or c in JSON_COLUMNS else c for c in COLUMNS)
-    )
+# The whole row in records.COLUMNS order, free-text columns read raw (RawText).
+ROW_COLUMNS: tuple[Expression | F, ...] = tuple(RawText.for_column(c) for c in COLUMNS)
 
 
-def _texts(name: str, count: int) -> list:
+def task_columns(queryset: QuerySet[Any, Any]) -> QuerySet[Any, Any]:
+    """The whole row, every free-text column raw, for the codec to decode."""
+    return queryset.values_list(*ROW_COLUMNS)
+
+
+def _texts(name: str, count: int) -> list[Any]:
     return [text_param(f"{name}{i}") for i in range(count)]
 
 
@@ -61,7 +61,9 @@ def draw_values(queues: Sequence[str], names: Sequence[str] | None) -> dict[str,
     return values
 
 
-def claim_shape(queues: Sequence[str], names: Sequence[str] | None, limit: int) -> tuple:
+def claim_shape(
+    queues: Sequence[str], names: Sequence[str] | None, limit: int
+) -> tuple[int, int | None, int]:
     return (len(queues), None if names is None else len(names), limit)
 
 
@@ -71,8 +73,8 @@ def _claimable(using: str, queues: int, names: int | None) -> TaskQuerySet:
     )
 
 
-def _returning_row(queryset: QuerySet, values: dict) -> Template:
-    return update_sql(queryset, values, returning_columns(queryset.db))
+def _returning_row(queryset: QuerySet[Any, Any], values: dict[str, Any]) -> Template:
+    return update_sql(queryset, values, ROW_COLUMNS)
 
 
 def _owned_update(transition: Callable[[], dict[str, Any]]) -> Statement:
@@ -82,11 +84,7 @@ def _owned_update(transition: Callable[[], dict[str, Any]]) -> Statement:
 
 
 def _build_insert(using: str, count: int) -> Template:
-    """`count` rows of the one-row INSERT the ORM compiles, as Django's bulk insert joins rows.
-
-    Compiling `count` model instances instead cost about a third of a second
-    for 1,000 rows, paid again by every new process (W1b).
-    """
+    """`count` rows of the one-row INSERT the ORM compiles (django_private.insert_rows_sql)."""
     fields = ("id", "name", "queue", "status", "payload", "metadata", "max_attempts",
               "priority", "run_at_ms", "parent_id", "root_id", "correlation_id",
               "created_at_ms", "updated_at_ms")
@@ -102,24 +100,20 @@ def _build_insert(using: str, count: int) -> Template:
     )
     # The clock comes back so records need not be read back; SQLite's is this process's.
     returning = () if dialect_of(using).uses_process_clock else ("created_at_ms",)
-    sql, params = insert_sql(Task, fields, [row], using, returning=returning)
-    head, _, values = sql.partition(" VALUES ")
-    values, found, tail = values.partition(" RETURNING ")
-    rows_params = [
-        Slot(p.name, i) if isinstance(p, Slot) and p.row is not None else p
-        for i in range(count) for p in params
-    ]
-    return f"{head} VALUES {', '.join([values] * count)}{found}{tail}", tuple(rows_params)
+    return insert_rows_sql(row, fields, using, count, _row_slot, returning)
+
+
+def _row_slot(param: Any, row: int) -> Any:
+    return Slot(param.name, row) if isinstance(param, Slot) and param.row is not None else param
 
 
 def _build_point_key(using: str) -> Template:
     TaskKey = models().TaskKey
     key = TaskKey(key=text_param("key"), task_id=text_param("task_id"),
                   created_at_ms=NowMs(), updated_at_ms=NowMs())
-    return insert_sql(
-        TaskKey, ("key", "task_id", "created_at_ms", "updated_at_ms"), [key], using,
-        on_conflict=OnConflict.UPDATE, update_fields=("task", "updated_at_ms"),
-        unique_fields=("key",),
+    return upsert_sql(
+        key, ("key", "task_id", "created_at_ms", "updated_at_ms"), using,
+        unique_fields=("key",), update_fields=("task", "updated_at_ms"),
     )
 
 
@@ -136,18 +130,12 @@ def _build_purge(using: str, limit: int, queue: bool, status: bool, name: bool) 
         .values("id")[:limit]
         .select_for_update(skip_locked=True)
     )
-    quote = connections[using].ops.quote_name
-    return delete_sql(
-        tasks_of(using).filter(id__in=doomed), f"{quote('id')}, {quote('completed_at_ms')}"
-    )
+    return delete_sql(tasks_of(using).filter(id__in=doomed), (F("id"), F("completed_at_ms")))
 
 
 def _build_purge_ids(using: str, count: int) -> Template:
     ids = [text_param("id", i) for i in range(count)]
-    return delete_sql(
-        tasks_of(using).filter(one_of("id", ids)).terminal(),
-        connections[using].ops.quote_name("id"),
-    )
+    return delete_sql(tasks_of(using).filter(one_of("id", ids)).terminal(), (F("id"),))
 
 
 def _build_has_claimable(using: str, queues: int, names: int | None) -> Template:
@@ -177,10 +165,9 @@ def _build_recover(using: str) -> Template:
 
 def _build_renew_many(using: str, count: int) -> Template:
     ids = [text_param("id", i) for i in range(count)]
-    quote = connections[using].ops.quote_name
     return update_sql(
         tasks_of(using).filter(one_of("id", ids)).owned(text_param("worker_id")),
-        transitions.renew(), f"{quote('id')}, {quote('cancel_requested_at_ms')}",
+        transitions.renew(), (F("id"), F("cancel_requested_at_ms")),
     )
 
 
@@ -193,7 +180,7 @@ def _build_complete_many(using: str, count: int) -> Template:
     )
 
 
-def _probe(queryset: QuerySet) -> Template:
+def _probe(queryset: QuerySet[Any, Any]) -> Template:
     """Whether any row matches, as SQL for a plain sqlite3 connection (the file wakeup's)."""
     sql, params = select_sql(queryset.order_by().values_list(Value(1))[:1])
     return qmark(sql), params
@@ -202,7 +189,6 @@ def _probe(queryset: QuerySet) -> Template:
 INSERT = Statement(_build_insert)
 QUEUED_PROBE = Statement(lambda using, queues: _probe(_claimable(using, queues, None)))
 LIVE_PROBE = Statement(lambda using: _probe(tasks_of(using).filter(id=text_param("id")).live()))
-POINT_KEY = Statement(_build_point_key)
 GET = Statement(lambda using: select_sql(
     task_columns(tasks_of(using).filter(id=text_param("id")))
 ))
@@ -225,6 +211,7 @@ RETRY = Statement(lambda using: _returning_row(
     tasks_of(using).filter(LiteralIn("status", ("failed", "canceled")), id=text_param("id")),
     transitions.retry(),
 ))
+POINT_KEY = Statement(_build_point_key)
 PURGE = Statement(_build_purge)
 PURGE_IDS = Statement(_build_purge_ids)
 HAS_CLAIMABLE = Statement(_build_has_claimable)

@@ -1,19 +1,15 @@
-"""The CairnQ operations over one Django database alias.
+"""What application code, the admin, retention and schedules do: submit, read, control, purge, count.
 
-Statements run on Django's own connection for the alias, so a submit made inside
-`transaction.atomic()` commits or rolls back with the caller's data. Write
+A submit made inside `transaction.atomic()` commits or rolls back with the
+caller's data: statements run on Django's own connection for the alias. Write
 sequences run in `transaction.atomic()` too: on SQLite that is BEGIN IMMEDIATE
 (the app's system check insists on it), on Postgres a READ COMMITTED
-transaction whose claims skip rows other workers have locked.
-
-Each statement is an ORM QuerySet: the WHERE from querysets.TaskQuerySet (the
-protocol's queries), the SET from transitions.py; statements.py compiles it
-once per shape. sql.py holds the few statements the ORM cannot express.
+transaction.
 """
 
 from __future__ import annotations
 
-import builtins  # Store.list() shadows `list` in the annotations of the methods after it
+import builtins  # list() shadows `list` in the annotations of the methods after it
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
@@ -44,10 +40,23 @@ from ..validators import (
     check_integer,
     check_label,
 )
-from . import queries as q
 from . import sql
+from .django_private import driver_copy
 from .encoding import inserted_record
-from .worker_ops import WorkerOperations
+from .executor import Executor
+from .protocol_statements import (
+    BY_KEY,
+    CANCEL,
+    GET,
+    INSERT,
+    KEY_TARGET,
+    POINT_KEY,
+    PURGE,
+    PURGE_IDS,
+    RETRY,
+    STATUS,
+    STATUS_BY_KEY,
+)
 
 # Rows per multi-row INSERT: 14 values each stays under SQLite's 32,766
 # parameters, and the statement text repeats, so it is compiled once.
@@ -58,8 +67,13 @@ _INSERT_ROWS = 1000
 _COPY_MIN_ROWS = 200
 
 
-class Store(WorkerOperations):
-    """Protocol operations on the CairnQ tables of one database alias."""
+class ApplicationOperations:
+    """Submits, reads, cancels, retries and purges over one executor."""
+
+    def __init__(self, executor: Executor) -> None:
+        self.executor = executor
+        self.using = executor.using
+        self.dialect = executor.dialect
 
     # ------------------------------------------------------------------ submit
     def prepare(
@@ -114,20 +128,20 @@ class Store(WorkerOperations):
         """
         if not specs:
             return []
-        self._verify_protocol()
+        self.executor.verify_protocol()
         connection = connections[self.using]
         if (self.dialect.has_copy and len(specs) >= _COPY_MIN_ROWS
                 and connection.in_atomic_block):
             with connection.cursor() as cursor:
-                copy = getattr(cursor.cursor, "copy", None)  # psycopg 3; psycopg2 has none
+                copy = driver_copy(cursor)
                 if copy is not None:
-                    copied_at = self.clock_ms()
+                    copied_at = self.executor.clock_ms()
                     sql.copy_rows(copy, specs, copied_at)
                     return [inserted_record(spec, copied_at) for spec in specs]
         now = now_ms() if self.dialect.uses_process_clock else None
         for start in range(0, len(specs), _INSERT_ROWS):
             chunk = specs[start : start + _INSERT_ROWS]
-            found = self._run(q.INSERT, shape=(len(chunk),), rows=chunk, now=now)
+            found = self.executor.run(INSERT, shape=(len(chunk),), rows=chunk, now=now)
             if now is None:
                 now = found[0][0]
         # `now` is still None here only when there were no specs.
@@ -186,8 +200,8 @@ class Store(WorkerOperations):
         raise rejected
 
     def _submit_keyed(self, spec: dict[str, Any], key: str, conflict: str) -> TaskRecord:
-        self._lock_key(key)
-        current = self._task(q.BY_KEY, {"key": key})
+        self.executor.lock_key(key)
+        current = self.executor.record(BY_KEY, {"key": key})
         # A purged task takes its key row with it (ON DELETE CASCADE), so
         # "no current task" covers both a fresh key and a freed one.
         if current is not None:
@@ -199,10 +213,14 @@ class Store(WorkerOperations):
             ):
                 return current
             if not current.is_terminal:
-                self._cancel(current.id)
+                self.cancel(current.id)
         task = self._insert([spec])[0]
-        self._run(q.POINT_KEY, {"key": key, "task_id": task.id})
+        self._point_key(key, task.id)
         return task
+
+    def _point_key(self, key: str, task_id: str) -> None:
+        """Point `key` at `task_id`, creating the key row or moving it (one upsert)."""
+        self.executor.run(POINT_KEY, {"key": key, "task_id": task_id})
 
     def submit_many(
         self,
@@ -219,7 +237,7 @@ class Store(WorkerOperations):
         keys = keys or [(None, DEFAULT_CONFLICT)] * len(specs)
         results: list[TaskRecord | None] = [None] * len(specs)
         plain = [i for i, (key, _) in enumerate(keys) if key is None]
-        with self.atomic():
+        with self.executor.atomic():
             for start in range(0, len(plain), chunk_size):
                 chunk = plain[start : start + chunk_size]
                 by_id = {task.id: task for task in self._insert([specs[i] for i in chunk])}
@@ -232,17 +250,17 @@ class Store(WorkerOperations):
 
     # ------------------------------------------------------------------- reads
     def get(self, task_id: str) -> TaskRecord | None:
-        return self._task(q.GET, {"id": task_id})
+        return self.executor.record(GET, {"id": task_id})
 
     def get_by_key(self, key: str) -> TaskRecord | None:
-        return self._task(q.BY_KEY, {"key": key})
+        return self.executor.record(BY_KEY, {"key": key})
 
     def get_status(self, task_id: str) -> TaskStatus | None:
-        rows = self._run(q.STATUS, {"id": task_id})
+        rows = self.executor.run(STATUS, {"id": task_id})
         return TaskStatus(id=rows[0][0], status=rows[0][1]) if rows else None
 
     def get_status_by_key(self, key: str) -> TaskStatus | None:
-        rows = self._run(q.STATUS_BY_KEY, {"key": key})
+        rows = self.executor.run(STATUS_BY_KEY, {"key": key})
         return TaskStatus(id=rows[0][0], status=rows[0][1]) if rows else None
 
     def list(
@@ -270,11 +288,12 @@ class Store(WorkerOperations):
         }
         if limit == 0:
             return []
-        return self.fetch(self.tasks().filter(**filters).newest_first()[offset : offset + limit])
+        page = self.executor.tasks().filter(**filters).newest_first()[offset : offset + limit]
+        return self.executor.fetch(page)
 
     def stats(self, queue: str | None = None) -> dict[str, dict[str, int]]:
-        self._verify_protocol()
-        tasks = self.tasks() if queue is None else self.tasks().filter(queue=queue)
+        self.executor.verify_protocol()
+        tasks = self.executor.tasks() if queue is None else self.executor.tasks().filter(queue=queue)
         result: dict[str, dict[str, int]] = {}
         if queue is not None:
             result[queue] = dict.fromkeys(STATUSES, 0)
@@ -285,36 +304,32 @@ class Store(WorkerOperations):
     def queue_depth(self, queue: str, max_depth: int) -> int:
         """Headroom under max_depth queued tasks, reading at most max_depth rows."""
         check_integer("max_depth", max_depth)
-        self._verify_protocol()
-        queued = self.tasks().filter(queue=queue, status="queued").order_by()[:max_depth]
+        self.executor.verify_protocol()
+        queued = self.executor.tasks().filter(queue=queue, status="queued").order_by()[:max_depth]
         return max(0, max_depth - queued.count())
 
     # ---------------------------------------------------------------- control
-    def _cancel(self, task_id: str) -> TaskRecord | None:
-        return self._task(q.CANCEL, {"id": task_id})
-
-    def _retry(self, task_id: str, reset_attempt: bool) -> TaskRecord | None:
-        return self._task(q.RETRY, {"id": task_id, "reset": bool(reset_attempt)})
-
     def cancel(self, task_id: str) -> TaskRecord | None:
         """queued -> canceled; running -> cancel requested. None if neither applies."""
-        return self._cancel(task_id)
+        return self.executor.record(CANCEL, {"id": task_id})
 
     def retry(self, task_id: str, *, reset_attempt: bool = False) -> TaskRecord | None:
         """failed/canceled -> queued. None if the task is not in one of those states."""
-        return self._retry(task_id, reset_attempt)
+        return self.executor.record(RETRY, {"id": task_id, "reset": bool(reset_attempt)})
 
-    def _by_key(self, key: str, action: Callable[[str], TaskRecord | None]) -> TaskRecord | None:
-        with self.atomic():
-            self._lock_key(key)
-            rows = self._run(q.KEY_TARGET, {"key": key})
+    def _by_key(
+        self, key: str, action: Callable[[str], TaskRecord | None]
+    ) -> TaskRecord | None:
+        with self.executor.atomic():
+            self.executor.lock_key(key)
+            rows = self.executor.run(KEY_TARGET, {"key": key})
             return action(rows[0][0]) if rows else None
 
     def cancel_by_key(self, key: str) -> TaskRecord | None:
-        return self._by_key(key, self._cancel)
+        return self._by_key(key, self.cancel)
 
     def retry_by_key(self, key: str, *, reset_attempt: bool = False) -> TaskRecord | None:
-        return self._by_key(key, lambda task_id: self._retry(task_id, reset_attempt))
+        return self._by_key(key, lambda task_id: self.retry(task_id, reset_attempt=reset_attempt))
 
     def purge(
         self,
@@ -335,7 +350,7 @@ class Store(WorkerOperations):
             )
         values = {"older_than_ms": older_than_ms, "queue": queue, "status": status, "name": name}
         shape = (limit, queue is not None, status is not None, name is not None)
-        rows = self._run(q.PURGE, values, shape)
+        rows = self.executor.run(PURGE, values, shape)
         # RETURNING follows the delete's scan order, not the subselect's ORDER BY.
         rows.sort(key=lambda row: (row[1], row[0]))
         return [row[0] for row in rows]
@@ -343,8 +358,8 @@ class Store(WorkerOperations):
     def count_purgeable(self, *, older_than_ms: int = 0, queue: str | None = None,
                         status: str | None = None, name: str | None = None) -> int:
         """How many tasks purge() with these arguments would delete, all batches together."""
-        self._verify_protocol()
-        return self.tasks().purgeable(older_than_ms, queue=queue, status=status, name=name).count()
+        self.executor.verify_protocol()
+        return self.executor.tasks().purgeable(older_than_ms, queue=queue, status=status, name=name).count()
 
     def purge_ids(self, task_ids: Sequence[str], *, chunk_size: int = 500) -> builtins.list[str]:
         """Delete the finished tasks among `task_ids`, keeping live ones; return the deleted ids.
@@ -357,23 +372,5 @@ class Store(WorkerOperations):
         deleted: list[str] = []
         for start in range(0, len(task_ids), chunk_size):
             chunk = [{"id": task_id} for task_id in task_ids[start : start + chunk_size]]
-            deleted += [row[0] for row in self._run(q.PURGE_IDS, shape=(len(chunk),), rows=chunk)]
+            deleted += [row[0] for row in self.executor.run(PURGE_IDS, shape=(len(chunk),), rows=chunk)]
         return deleted
-
-
-
-
-_stores: dict[str, Store] = {}
-
-
-def get_store(using: str | None = None) -> Store:
-    """Return the store for a database alias (default: settings.CAIRNQ['DATABASE'])."""
-    if using is None:
-        from ..conf import cairnq_settings
-
-        using = cairnq_settings.DATABASE
-    store = _stores.get(using)
-    if store is None:
-        store = _stores[using] = Store(using)
-    return store
-
