@@ -7,6 +7,10 @@ from typing import Any
 
 from . import jsoncodec
 
+# What a peer reads from cairnq_meta before it uses the tables.
+PROTOCOL_VERSION = 1
+SCHEMA_VERSION = 10
+
 STATUSES = ("queued", "running", "succeeded", "failed", "canceled")
 TERMINAL_STATUSES = ("succeeded", "failed", "canceled")
 LIVE_STATUSES = ("queued", "running")

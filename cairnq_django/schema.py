@@ -17,10 +17,9 @@ from __future__ import annotations
 
 from django.db import connections
 
-from .store.dialects import POSTGRES, SQLITE, dialect_for
-
-PROTOCOL_VERSION = 1
-SCHEMA_VERSION = 10
+from .db.dialects import POSTGRES, SQLITE, dialect_for
+from .db.expressions import NowMs
+from .records import PROTOCOL_VERSION, SCHEMA_VERSION
 
 # The peers' own migration ledger at schema 10, by database.
 UPSTREAM_MIGRATIONS = {dialect.vendor: dialect.peer_migrations for dialect in (SQLITE, POSTGRES)}
@@ -187,8 +186,6 @@ def ensure_protocol_rows(using: str, apps=None) -> None:
     """Insert the meta rows and ledger entries that are missing; never change one."""
     from django.apps import apps as installed_apps
 
-    from .store import get_store
-
     apps = apps or installed_apps
     meta = apps.get_model("cairnq_django", "ProtocolMeta")
     ledger = apps.get_model("cairnq_django", "PeerMigration")
@@ -197,8 +194,8 @@ def ensure_protocol_rows(using: str, apps=None) -> None:
          meta(key="schema_version", value=str(SCHEMA_VERSION))],
         ignore_conflicts=True,
     )
-    now = get_store(using).clock_ms()
+    # Stamped by the queue's clock, as the store stamps a task row.
     ledger.objects.using(using).bulk_create(
-        [ledger(name=name, applied_at_ms=now) for name in dialect_for(connections[using]).peer_migrations],
+        [ledger(name=name, applied_at_ms=NowMs()) for name in dialect_for(connections[using]).peer_migrations],
         ignore_conflicts=True,
     )

@@ -21,9 +21,9 @@ from django.utils.translation import gettext_lazy as _
 
 from .. import compat, jsoncodec
 from ..conf import cairnq_settings
+from ..db.dialects import RAW_TEXT_COLUMNS
 from ..models import Task, TaskKey
 from ..store.admin_reads import raw_column
-from ..store.dialects import RAW_TEXT_COLUMNS
 from .display import decode_raw, error_block, format_time, json_block
 from .guarded import GuardedAdmin, acceptable_id
 from .views.workers import worker_link

@@ -25,11 +25,11 @@ from django.urls import URLPattern, path
 from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext_lazy as _
 
+from ..db.dialects import RAW_TEXT_COLUMNS
 from ..ids import now_ms
 from ..models import Task, TaskKey
 from ..records import TERMINAL_STATUSES, attempt_label
 from ..store.admin_reads import newest_first_ordering
-from ..store.dialects import RAW_TEXT_COLUMNS
 from .actions import ACTIONS
 from .changelist import BoundedCountPaginator, TaskChangeList
 from .display import breakable, compact_time, human_duration, progress_html, short_id

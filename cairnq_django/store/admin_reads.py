@@ -14,11 +14,11 @@ from django.db.models import BinaryField, Count, Field, Min, OrderBy, Q, TextFie
 from django.db.models.expressions import RawSQL
 from django.db.models.functions import Cast
 
+from ..db.dialects import dialect_of
 from ..ids import now_ms
 from ..models import Task
 from ..records import TERMINAL_STATUSES
 from . import get_store, sql
-from .dialects import dialect_of
 
 HOUR_MS = 3_600_000
 

@@ -10,16 +10,16 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import InterfaceError, OperationalError, connections, transaction
 from django.db.models import QuerySet
 
+from ..db.dialects import Dialect, dialect_of
+from ..db.expressions import NowMs
+from ..db.querysets import TaskQuerySet
 from ..errors import CairnQError, ProtocolVersionMismatch
 from ..ids import now_ms
-from ..querysets import TaskQuerySet
-from ..records import TaskRecord
-from ..schema import PROTOCOL_VERSION
+from ..models import ProtocolMeta
+from ..records import PROTOCOL_VERSION, TaskRecord
 from . import queries as q
 from . import sql
-from .dialects import Dialect, dialect_of
 from .encoding import record
-from .expressions import NowMs
 from .statements import Statement, select_sql
 
 _verified_aliases: set[str] = set()
@@ -140,7 +140,7 @@ class StoreBase:
                 )
             try:
                 found = (
-                    q.models().ProtocolMeta.objects.using(self.using)
+                    ProtocolMeta.objects.using(self.using)
                     .filter(key="protocol_version").values_list("value", flat=True).first()
                 )
             except Exception as exc:

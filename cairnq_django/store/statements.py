@@ -21,10 +21,10 @@ from django.db import connections
 from django.db.models import Model, QuerySet
 from django.db.models.sql import DeleteQuery, InsertQuery, UpdateQuery
 
+from ..db.dialects import dialect_of
+from ..db.expressions import NOW_SLOT, Slot, compiling_template
 from ..ids import now_ms
 from ..records import COLUMNS
-from .dialects import dialect_of
-from .expressions import NOW_SLOT, Slot, compiling_template
 
 Template = tuple[str, tuple[Any, ...]]
 

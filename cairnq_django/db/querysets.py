@@ -17,8 +17,8 @@ from typing import Any
 from django.db import models
 from django.db.models import Q
 
-from .records import LIVE_STATUSES, TERMINAL_STATUSES
-from .store.expressions import LiteralIn, NowMs, now_minus
+from ..records import LIVE_STATUSES, TERMINAL_STATUSES
+from .expressions import LiteralIn, NowMs, now_minus
 
 CLAIM_ORDER = ("-priority", "run_at_ms", "id")
 

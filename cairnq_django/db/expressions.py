@@ -18,8 +18,8 @@ from django.db import models
 from django.db.models import Lookup
 from django.db.models.expressions import CombinedExpression, Expression
 
-from ..fields import EpochMillisField
 from ..ids import now_ms
+from .fields import EpochMillisField
 
 # What as_sql() and its vendor variants return here: SQL and a list of
 # parameters that may be Slots. django-stubs 6 declares a tuple of str | int

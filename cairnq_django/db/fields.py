@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from django.db import models
 
-from .store.dialects import dialect_for
+from .dialects import dialect_for
 
 
 class ProtocolTextField(models.TextField):
