@@ -195,7 +195,8 @@ def ensure_protocol_rows(using: str, apps=None) -> None:
         ignore_conflicts=True,
     )
     # Stamped by the queue's clock, as the store stamps a task row.
+    names = dialect_for(connections[using]).peer_migrations
     ledger.objects.using(using).bulk_create(
-        [ledger(name=name, applied_at_ms=NowMs()) for name in dialect_for(connections[using]).peer_migrations],
+        [ledger(name=name, applied_at_ms=NowMs()) for name in names],
         ignore_conflicts=True,
     )

@@ -607,6 +607,6 @@ def _framework_backend_queues() -> list[str]:
 
     if not compat.AVAILABLE:
         return []
-    from ..backends.worker import backend_queues
+    from ..backends.discovery import backend_queues
 
     return backend_queues()
