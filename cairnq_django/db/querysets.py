@@ -17,7 +17,7 @@ from typing import Any
 from django.db import models
 from django.db.models import Q
 
-from ..records import LIVE_STATUSES, TERMINAL_STATUSES
+from ..records import LIVE_STATUSES, RETRYABLE_STATUSES, TERMINAL_STATUSES
 from .expressions import LiteralIn, NowMs, now_minus
 
 CLAIM_ORDER = ("-priority", "run_at_ms", "id")
@@ -38,6 +38,10 @@ class TaskQuerySet(models.QuerySet):
 
     def live(self) -> TaskQuerySet:
         return self.filter(LiteralIn("status", LIVE_STATUSES))
+
+    def retryable(self) -> TaskQuerySet:
+        """Failed or canceled: what a retry may queue again."""
+        return self.filter(LiteralIn("status", RETRYABLE_STATUSES))
 
     def claimable(self, queues: Sequence[Any], names: Sequence[Any] | None = None, now=None) -> TaskQuerySet:
         """Queued and due on these queues (and names), in claim order."""

@@ -16,7 +16,7 @@ from django.db.models.constants import OnConflict
 
 from ..db import transitions
 from ..db.dialects import RAW_TEXT_COLUMNS, dialect_of
-from ..db.expressions import JsonParam, LiteralIn, NowMs, RawText, Slot, int_param, now_plus, text_param
+from ..db.expressions import JsonParam, NowMs, RawText, Slot, int_param, now_plus, text_param
 from ..db.querysets import TaskQuerySet, one_of
 from ..models import ProtocolMeta, Task, TaskKey
 from ..records import COLUMNS, JSON_COLUMNS
@@ -212,7 +212,7 @@ CANCEL = Statement(lambda using: _returning_row(
     tasks_of(using).filter(id=text_param("id")).live(), transitions.cancel()
 ))
 RETRY = Statement(lambda using: _returning_row(
-    tasks_of(using).filter(LiteralIn("status", ("failed", "canceled")), id=text_param("id")),
+    tasks_of(using).retryable().filter(id=text_param("id")),
     transitions.retry(),
 ))
 PURGE = Statement(_build_purge)
