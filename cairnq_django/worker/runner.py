@@ -6,10 +6,7 @@ claims. No transaction is held while a handler runs. What each claim asks for
 is planned in planner.py, the calls it starts are counted in inflight.py, and
 the worker's configuration is options.py.
 
-At about 500 lines this is longer than the rest of the package on purpose: it
-is where the claim loop meets the threads it starts (handlers, settler,
-heartbeat, scheduler, presence) and their shutdown order, which is easiest to
-check in one place.
+One module, as the claim loop, the threads it starts and their shutdown order are checked together.
 """
 
 from __future__ import annotations
