@@ -27,6 +27,7 @@ from django.db import connections
 
 from .. import signals
 from ..conf import cairnq_settings
+from ..drained import drained_key
 from ..errors import HeartbeatLate, ProtocolVersionMismatch
 from ..ids import ulid
 from ..pooling import release
@@ -34,7 +35,6 @@ from ..records import TaskRecord
 from ..store import get_store
 from ..tables import check_tables
 from ..wakeup import Wakeup, get_wakeup
-from ..wakeup.drained import drained_key
 from .connections import WorkerConnectionPolicy
 from .context import TaskContext
 from .envelopes import shutdown_envelope, timeout_envelope
