@@ -1,32 +1,7 @@
 """cairnq_django: a durable, database-backed task queue for Django (CairnQ protocol)."""
 
-from .client import (
-    PendingTask,
-    acall,
-    acancel,
-    aenqueue,
-    aenqueue_many,
-    aget,
-    aget_by_key,
-    alist_tasks,
-    apurge,
-    aretry,
-    astats,
-    await_task,
-    await_task_by_key,
-    call,
-    cancel,
-    enqueue,
-    enqueue_many,
-    get,
-    get_by_key,
-    list_tasks,
-    purge,
-    retry,
-    stats,
-    wait,
-    wait_by_key,
-)
+from typing import TYPE_CHECKING, Any
+
 from .errors import (
     AlreadyExists,
     CairnQError,
@@ -42,10 +17,56 @@ from .errors import (
     TaskTimeout,
 )
 from .records import TaskRecord, TaskStatus
-from .worker import TaskContext, register, task
 
-# `list` mirrors the protocol's operation name; list_tasks avoids shadowing the builtin.
-list = list_tasks  # noqa: A001
+if TYPE_CHECKING:
+    from .client import (
+        PendingTask,
+        acall,
+        acancel,
+        aenqueue,
+        aenqueue_many,
+        aget,
+        aget_by_key,
+        alist_tasks,
+        apurge,
+        aretry,
+        astats,
+        await_task,
+        await_task_by_key,
+        call,
+        cancel,
+        enqueue,
+        enqueue_many,
+        get,
+        get_by_key,
+        list_tasks,
+        purge,
+        retry,
+        stats,
+        wait,
+        wait_by_key,
+    )
+    from .client import list_tasks as list  # noqa: A004
+    from .worker import TaskContext, register, task
+
+_WORKER_NAMES = frozenset({"TaskContext", "register", "task"})
+
+
+def __getattr__(name: str) -> Any:
+    # Django imports this package before its app registry is ready, and the
+    # client and the worker reach the models through the store: the names of
+    # __all__ that are not defined above load on first use, once the models exist.
+    if name in _WORKER_NAMES:
+        from . import worker
+
+        return getattr(worker, name)
+    if name in __all__:
+        from . import client
+
+        # `list` mirrors the protocol's operation name; list_tasks avoids shadowing the builtin.
+        return getattr(client, "list_tasks" if name == "list" else name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = [
     "AlreadyExists",

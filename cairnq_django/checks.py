@@ -1,4 +1,4 @@
-"""System checks for settings.CAIRNQ and the database it points at."""
+"""System checks for settings.CAIRNQ (its schedules among them) and the database it points at."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from django.utils.module_loading import import_string
 
 from .conf import DEFAULTS, DURATION_KEYS, cairnq_settings, to_ms
 from .retention import retention_config_errors
-from .schedules import checks as _schedule_checks  # noqa: F401  (registers them)
+from .schedules.config import SETTING, Schedule, read_schedule
 from .validators import is_integer
 
 # isort: split
@@ -291,3 +291,41 @@ def database_errors(alias: str) -> list[CheckMessage]:
             )
         )
     return errors
+
+
+@register(Tags.compatibility)
+def check_schedule(
+    app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
+) -> list[CheckMessage]:
+    """settings.CAIRNQ['SCHEDULE'] (cairnq.E030), and the tasks it names (cairnq.E031)."""
+    user = getattr(settings, "CAIRNQ", None)
+    if not isinstance(user, dict) or user.get("SCHEDULE") is None:
+        return []
+    schedules, faults = read_schedule(user["SCHEDULE"])
+    errors: list[CheckMessage] = [Error(str(fault), hint=fault.hint, id="cairnq.E030") for fault in faults]
+    return errors + _unknown_task_errors(schedules)
+
+
+def _unknown_task_errors(schedules: Sequence[Schedule]) -> list[CheckMessage]:
+    """Schedules naming a task no handler in this project is registered for."""
+    if not schedules:
+        return []
+    # Imported only when a schedule is set: a project without one loads no worker for its checks.
+    from .worker.registry import autodiscover, registry
+
+    autodiscover()
+    known = set(registry.handlers)
+    if not known:
+        return []  # nothing registered here: the handlers may all live in peers
+    return [
+        Error(
+            f"{SETTING}[{schedule.name!r}] enqueues task {schedule.task!r}, but no handler "
+            "is registered under that name.",
+            hint="Registered task names: " + ", ".join(sorted(known)) + ". If a worker of "
+            "another CairnQ implementation runs it, silence this check with "
+            "SILENCED_SYSTEM_CHECKS = ['cairnq.E031'].",
+            id="cairnq.E031",
+        )
+        for schedule in schedules
+        if schedule.task not in known
+    ]

@@ -13,8 +13,8 @@ from django.db import models
 from django.db.models import Q, Value
 from django.utils.translation import gettext_lazy as _
 
-from .fields import CascadingForeignKey, EpochMillisField, ProtocolIndex, ProtocolTextField
-from .querysets import TaskQuerySet
+from .db.fields import CascadingForeignKey, EpochMillisField, ProtocolIndex, ProtocolTextField
+from .db.querysets import TaskQuerySet
 from .records import STATUSES, TERMINAL_STATUSES
 
 

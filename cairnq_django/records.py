@@ -7,9 +7,15 @@ from typing import Any
 
 from . import jsoncodec
 
+# What a peer reads from cairnq_meta before it uses the tables.
+PROTOCOL_VERSION = 1
+SCHEMA_VERSION = 10
+
 STATUSES = ("queued", "running", "succeeded", "failed", "canceled")
 TERMINAL_STATUSES = ("succeeded", "failed", "canceled")
 LIVE_STATUSES = ("queued", "running")
+# What retry() may queue again.
+RETRYABLE_STATUSES = ("failed", "canceled")
 CONFLICTS = ("reuse", "reuse-succeeded", "reject", "replace")
 
 # The protocol's defaults, shared by every signature that offers them.

@@ -25,10 +25,9 @@ from django.db.backends.base.schema import BaseDatabaseSchemaEditor
 from django.db.models import Model
 from django.db.models.fields.related import RelatedField
 
-from .store.dialects import POSTGRES, SQLITE, dialect_for
-
-PROTOCOL_VERSION = 1
-SCHEMA_VERSION = 10
+from .db.dialects import POSTGRES, SQLITE, dialect_for
+from .db.expressions import NowMs
+from .records import PROTOCOL_VERSION, SCHEMA_VERSION
 
 # The peers' own migration ledger at schema 10, by database.
 UPSTREAM_MIGRATIONS = {dialect.vendor: dialect.peer_migrations for dialect in (SQLITE, POSTGRES)}
@@ -203,8 +202,6 @@ def ensure_protocol_rows(using: str, apps: Apps | None = None) -> None:
     """Insert the meta rows and ledger entries that are missing; never change one."""
     from django.apps import apps as installed_apps
 
-    from .store import get_store
-
     apps = apps or installed_apps
     meta = apps.get_model("cairnq_django", "ProtocolMeta")
     ledger = apps.get_model("cairnq_django", "PeerMigration")
@@ -213,8 +210,9 @@ def ensure_protocol_rows(using: str, apps: Apps | None = None) -> None:
          meta(key="schema_version", value=str(SCHEMA_VERSION))],
         ignore_conflicts=True,
     )
-    now = get_store(using).clock_ms()
+    # Stamped by the queue's clock, as the store stamps a task row.
+    names = dialect_for(connections[using]).peer_migrations
     ledger.objects.using(using).bulk_create(
-        [ledger(name=name, applied_at_ms=now) for name in dialect_for(connections[using]).peer_migrations],
+        [ledger(name=name, applied_at_ms=NowMs()) for name in names],
         ignore_conflicts=True,
     )

@@ -14,8 +14,8 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from cairnq_django.admin.changelist import BoundedCountPaginator
-from cairnq_django.admin.display import human_duration
 from cairnq_django.admin.filters import DistinctValueFilter
+from cairnq_django.humanize import human_duration
 from cairnq_django.models import Task
 
 from .storeutil import make, shift

@@ -4,7 +4,7 @@ On PostgreSQL every statement is a round trip, read from libpq's own trace of
 the wire (so psycopg's implicit BEGIN and Django's COMMIT are seen as well as
 the cursor's statements); on SQLite the statements come from Django's cursor
 and the commits from the connection. Counts are deterministic, unlike
-timings: W1 (bench/) measures the rate.
+timings: bench/ measures the rate of one-at-a-time enqueues.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A fleet of idle workers costs the database what one costs: no herd, rare polls, two sessions.
 
 - Every NOTIFY reaches every idle worker; only about one of them claims
-  (worker/pacing.py, wakeup/drained.py).
+  (worker/pacing.py, drained.py).
 - With healthy wakeups an idle worker probes every few poll intervals, not
   every one.
 - An idle worker process holds two sessions (its loop's and its listener's):
@@ -16,8 +16,8 @@ import pytest
 from django.db import connection, connections
 
 from cairnq_django import enqueue, get
+from cairnq_django.drained import drained_key
 from cairnq_django.wakeup import PostgresWakeup, get_wakeup
-from cairnq_django.wakeup.drained import drained_key
 from cairnq_django.wakeup.postgres import postgres_params
 from cairnq_django.worker import Registry, Worker
 from cairnq_django.worker.pacing import (

@@ -8,7 +8,7 @@ from zoneinfo import ZoneInfo
 import pytest
 from django.test import override_settings
 
-from cairnq_django.schedules.checks import check_schedule
+from cairnq_django.checks import check_schedule
 from cairnq_django.schedules.config import (
     DEFAULT_GRACE_MS,
     ScheduleConfigError,

@@ -459,8 +459,8 @@ def test_a_default_worker_serves_every_backend_queue():
 def test_an_attempt_whose_lease_ran_out_records_nothing_and_does_not_run(store, task_name):
     """The attempt log is an owned write: a lease past its expiry writes it no more than a lost one."""
     from cairnq_django import LostLease
-    from cairnq_django.backends.tasks import row_name
-    from cairnq_django.backends.worker import AsyncTaskHandler, TaskHandler
+    from cairnq_django.backends.definitions import row_name
+    from cairnq_django.backends.handlers import AsyncTaskHandler, TaskHandler
     from cairnq_django.worker import TaskContext
     from tests.storeutil import expire_lease
 

@@ -18,8 +18,8 @@ from cairnq_django import compat
 pytestmark = pytest.mark.skipif(not compat.AVAILABLE, reason="no Tasks framework installed")
 
 if compat.AVAILABLE:
-    from cairnq_django.backends.tasks import row_name
-    from cairnq_django.backends.worker import AsyncTaskHandler, TaskHandler
+    from cairnq_django.backends.definitions import row_name
+    from cairnq_django.backends.handlers import AsyncTaskHandler, TaskHandler
     from cairnq_django.worker import Registry, Worker
     from tests.tasksapp import tasks
 

@@ -10,7 +10,7 @@ from tests.peer import with_sdk
 pytestmark = pytest.mark.skipif(not compat.AVAILABLE, reason="no Tasks framework installed")
 
 if compat.AVAILABLE:
-    from cairnq_django.backends.worker import register_framework_tasks
+    from cairnq_django.backends.handlers import register_framework_tasks
     from cairnq_django.testing import TaskRunner
     from cairnq_django.worker.registry import Registry
     from tests.tasksapp import tasks

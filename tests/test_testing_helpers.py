@@ -23,7 +23,7 @@ def framework_tasks():
         return
     from django.conf import settings
 
-    from cairnq_django.backends.worker import TaskHandler
+    from cairnq_django.backends.handlers import TaskHandler
 
     config = {**settings.TASKS["default"], "OPTIONS": {"MODULES": ["tests.tasksapp.tasks"]}}
     with override_settings(TASKS={"default": config}):

@@ -1,24 +1,25 @@
 """The CairnQ admin: the tasks, workers and schedules pages.
 
 Django's admin autodiscovery imports this package, and importing it registers
-TaskAdmin (tasks.py), WorkerAdmin (views/workers.py) and ScheduleAdmin
-(schedules/admin.py). The other modules: changelist.py (paging and sorting the
-list), filters.py, actions.py (cancel, retry, purge), task_fields.py (the task
-page's fields), display.py (times, durations, raw JSON), permissions.py, and
-views/ (the stats, dashboard and task-page views). The SQL the admin needs is
-in store/admin_reads.py.
+TaskAdmin (task_admin.py), WorkerAdmin (views/workers.py) and ScheduleAdmin
+(schedule_admin.py). The other modules: task_base.py (what the actions and
+views rely on), changelist.py (paging and sorting the list), filters.py,
+actions.py (cancel, retry, purge), task_fields.py (the task page's fields),
+display.py (times, raw JSON), permissions.py, and views/ (the stats, dashboard
+and task-page views). Nothing outside the admin imports it: durations and
+progress are spelled in humanize.py. The SQL the admin needs is in
+store/admin_reads.py.
 """
 
 from __future__ import annotations
 
 from django.apps import apps
 
-# Code outside the admin (cairnq_health, cairnq_status) imports display.py,
-# which imports this package first; a project without django.contrib.admin
-# must still be able to, and it has no admin site (nor LogEntry) to register with.
+# A project without django.contrib.admin has no admin site (nor LogEntry) to
+# register with; importing the package there registers nothing.
 if apps.is_installed("django.contrib.admin"):
-    from ..schedules.admin import ScheduleAdmin
-    from .tasks import TaskAdmin
+    from .schedule_admin import ScheduleAdmin
+    from .task_admin import TaskAdmin
     from .views.workers import WorkerAdmin
 
     __all__ = ["ScheduleAdmin", "TaskAdmin", "WorkerAdmin"]

@@ -8,8 +8,8 @@ an admin LogEntry for every task it changed.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Callable, Iterable
+from typing import Any, cast
 
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
@@ -20,14 +20,12 @@ from django.template.response import TemplateResponse
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
 
+from ..db.querysets import TaskQuerySet
 from ..models import Task
 from ..records import LIVE_STATUSES, TERMINAL_STATUSES
 from ..store import get_store
+from .task_base import TaskAdminBase
 
-if TYPE_CHECKING:
-    from .tasks import TaskAdmin
-
-RETRYABLE_STATUSES = ("failed", "canceled")
 PURGE_SAMPLE = 20
 
 
@@ -42,25 +40,27 @@ def _log(request: HttpRequest, tasks: Iterable[Any], flag: int, message: str) ->
         )
 
 
-def _ids(queryset: QuerySet[Task], statuses: Sequence[str]) -> list[str]:
-    return list(queryset.filter(status__in=statuses).values_list("id", flat=True))
+def _ids(queryset: QuerySet[Task], narrow: Callable[[TaskQuerySet], TaskQuerySet]) -> list[str]:
+    """The ids of the selected tasks that `narrow`, a TaskQuerySet verb, keeps."""
+    # The selection is Task.objects' own TaskQuerySet; Django's types promise a QuerySet.
+    return list(narrow(cast(TaskQuerySet, queryset)).values_list("id", flat=True))
 
 
 def _report_skipped(
-    modeladmin: TaskAdmin, request: HttpRequest, skipped: int, why: str
+    modeladmin: TaskAdminBase, request: HttpRequest, skipped: int, why: str
 ) -> None:
     if skipped:
         modeladmin.message_user(request, why % {"count": skipped}, messages.WARNING)
 
 
 @admin.action(permissions=["cancel"], description=gettext_lazy("Cancel selected tasks"))
-def cancel_tasks(modeladmin: TaskAdmin, request: HttpRequest, queryset: QuerySet[Task]) -> None:
+def cancel_tasks(modeladmin: TaskAdminBase, request: HttpRequest, queryset: QuerySet[Task]) -> None:
     """Cancel queued tasks and ask running ones to stop."""
     store = get_store(modeladmin.using)
     selected = queryset.count()
     canceled: list[Any] = []
     requested: list[Any] = []
-    for task_id in _ids(queryset, LIVE_STATUSES):
+    for task_id in _ids(queryset, TaskQuerySet.live):
         task = store.cancel(task_id)
         if task is None:
             continue  # finished meanwhile
@@ -96,12 +96,12 @@ def cancel_tasks(modeladmin: TaskAdmin, request: HttpRequest, queryset: QuerySet
 
 
 def _retry(
-    modeladmin: TaskAdmin, request: HttpRequest, queryset: QuerySet[Task], *, reset_attempt: bool
+    modeladmin: TaskAdminBase, request: HttpRequest, queryset: QuerySet[Task], *, reset_attempt: bool
 ) -> None:
     store = get_store(modeladmin.using)
     selected = queryset.count()
     retried: list[Any] = []
-    for task_id in _ids(queryset, RETRYABLE_STATUSES):
+    for task_id in _ids(queryset, TaskQuerySet.retryable):
         task = store.retry(task_id, reset_attempt=reset_attempt)
         if task is not None:
             retried.append(task)
@@ -133,7 +133,7 @@ def _retry(
 @admin.action(
     permissions=["retry"], description=gettext_lazy("Retry selected failed or canceled tasks")
 )
-def retry_tasks(modeladmin: TaskAdmin, request: HttpRequest, queryset: QuerySet[Task]) -> None:
+def retry_tasks(modeladmin: TaskAdminBase, request: HttpRequest, queryset: QuerySet[Task]) -> None:
     """Queue failed and canceled tasks again, keeping their attempt count."""
     _retry(modeladmin, request, queryset, reset_attempt=False)
 
@@ -143,7 +143,7 @@ def retry_tasks(modeladmin: TaskAdmin, request: HttpRequest, queryset: QuerySet[
     description=gettext_lazy("Retry selected failed or canceled tasks, resetting attempts"),
 )
 def retry_tasks_reset(
-    modeladmin: TaskAdmin, request: HttpRequest, queryset: QuerySet[Task]
+    modeladmin: TaskAdminBase, request: HttpRequest, queryset: QuerySet[Task]
 ) -> None:
     """Queue failed and canceled tasks again with attempt reset to 0."""
     _retry(modeladmin, request, queryset, reset_attempt=True)
@@ -151,7 +151,7 @@ def retry_tasks_reset(
 
 @admin.action(permissions=["purge"], description=gettext_lazy("Purge selected finished tasks"))
 def purge_tasks(
-    modeladmin: TaskAdmin, request: HttpRequest, queryset: QuerySet[Task]
+    modeladmin: TaskAdminBase, request: HttpRequest, queryset: QuerySet[Task]
 ) -> TemplateResponse | None:
     """Delete the finished tasks of the selection after a confirmation page."""
     finished = queryset.filter(status__in=TERMINAL_STATUSES)

@@ -1,7 +1,7 @@
 """The task page's read-only fields: times, family links, keys and the raw free-text columns.
 
 Rows come from foreign writers too, so the page reads payload, metadata,
-result, error and message raw (see store.expressions.RawText) and shows
+result, error and message raw (see db.expressions.RawText) and shows
 what does not decode as escaped text with a note.
 """
 
@@ -16,16 +16,15 @@ from django.db.models import Field, QuerySet
 from django.http import HttpRequest
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
-from django.utils.http import urlencode
 from django.utils.translation import gettext_lazy as _
 
 from .. import compat, jsoncodec
-from ..conf import cairnq_settings
+from ..db.dialects import RAW_TEXT_COLUMNS
+from ..db.expressions import RawText
 from ..models import Task, TaskKey
-from ..store.dialects import RAW_TEXT_COLUMNS
-from ..store.expressions import RawText
 from .display import decode_raw, error_block, format_time, json_block
-from .guarded import GuardedAdmin, acceptable_id
+from .guarded import acceptable_id
+from .task_base import TaskAdminBase
 from .views.workers import worker_link
 
 CHILDREN_SHOWN = 20
@@ -35,17 +34,8 @@ def _raw_attr(column: str) -> str:
     return f"cq_raw_{column}"
 
 
-class TaskPageAdmin(GuardedAdmin):
+class TaskPageAdmin(TaskAdminBase):
     """The part of TaskAdmin that shows one task: its fields, read without trusting the row."""
-
-    @property
-    def using(self) -> str:
-        return cairnq_settings.DATABASE
-
-    def changelist_url(self, **params: str) -> str:
-        opts = self.opts
-        url = reverse(f"admin:{opts.app_label}_{opts.model_name}_changelist")
-        return f"{url}?{urlencode(params)}" if params else url
 
     def _task_link(self, task_id: str | None) -> str:
         if not task_id:

@@ -13,9 +13,9 @@ if not compat.AVAILABLE:
         "on Django 5.2 the django-tasks backport (pip install 'cairnq-django[tasks]')."
     )
 
-from . import worker as _worker  # noqa: E402,F401  (connects the task_finished bridge)
+from . import handlers as _handlers  # noqa: E402,F401  (connects the task_finished bridge)
 from .backend import CairnQBackend  # noqa: E402
-from .tasks import CairnQTask  # noqa: E402
+from .definitions import CairnQTask  # noqa: E402
 from .waiting import await_result, wait_for_result  # noqa: E402
 
 __all__ = ["CairnQBackend", "CairnQTask", "await_result", "wait_for_result"]

@@ -29,8 +29,9 @@ from ..conf import cairnq_settings
 from ..errors import SerializationError
 from ..records import DEFAULT_CONFLICT
 from ..validators import is_integer
+from .definitions import CairnQTask, known_tasks, row_name, validate_extras
+from .discovery import import_task_modules
 from .results import pending_result, split_payload, to_result
-from .tasks import CairnQTask, known_tasks, row_name, validate_extras
 from .values import arguments_problem, json_arguments
 
 OPTION_DEFAULTS: dict[str, Any] = {
@@ -156,8 +157,6 @@ class CairnQBackend(compat.BaseTaskBackend):
         """
         task = known_tasks.get(name)
         if task is None:
-            from .worker import import_task_modules
-
             import_task_modules()
             task = known_tasks.get(name)
         if task is None or task.backend != self.alias:

@@ -20,6 +20,8 @@ from .. import compat
 from ..errors import TaskError as CairnQTaskError
 from ..errors import error_envelope
 from ..records import TaskRecord
+from .definitions import known_tasks
+from .discovery import import_task_modules
 
 # Reserved metadata key (framework convention: `_` keys belong to the backend).
 ATTEMPTS_KEY = "_django_task_attempts"
@@ -210,15 +212,11 @@ def describe_call(name: str, payload: Any) -> str | None:
 
     Only tasks this process knows (or discovers) count: a name is never imported.
     """
-    from .tasks import known_tasks
-
     split = split_payload(payload)
     if split is None:
         return None
     task = known_tasks.get(name)
     if task is None:
-        from .worker import import_task_modules
-
         import_task_modules()
         task = known_tasks.get(name)
     if task is None:

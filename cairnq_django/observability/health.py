@@ -8,9 +8,9 @@ from dataclasses import dataclass
 from django.db import connections
 from django.db.utils import Error as DatabaseError
 
-from ..admin.display import human_duration as format_duration
 from ..conf import cairnq_settings
 from ..errors import CairnQError, TablesMissing
+from ..humanize import human_duration as format_duration
 from ..store import get_store
 from ..tables import known_missing_tables
 from .models import GONE_AFTER_INTERVALS

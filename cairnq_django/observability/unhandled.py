@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 from django.db.models import Count, Min, Q
 
+from ..humanize import human_duration
 from ..models import Task
 from ..records import TERMINAL_STATUSES
 from .models import WorkerRecord
@@ -121,8 +122,6 @@ def _recently_served(using: str, name: str, now_ms: int) -> bool:
 
 def describe(item: UnhandledName, *, handled_here: Iterable[str] = ()) -> str:
     """The worker's warning line for one unhandled name."""
-    from ..admin.display import human_duration
-
     names = sorted(handled_here)
     running = ", ".join(names[:_NAMES_SHOWN]) or "(none)"
     if len(names) > _NAMES_SHOWN:

@@ -13,12 +13,12 @@ from django.db import connections
 from django.db.models import Count, Field, Min, OrderBy, Q
 from django.db.models.expressions import RawSQL
 
+from ..db.dialects import dialect_of
+from ..db.expressions import RawText
 from ..ids import now_ms
 from ..models import Task
 from ..records import TERMINAL_STATUSES
 from . import get_store, sql
-from .dialects import dialect_of
-from .expressions import RawText
 
 HOUR_MS = 3_600_000
 

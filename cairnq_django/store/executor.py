@@ -12,18 +12,18 @@ from django.core.exceptions import ImproperlyConfigured
 from django.db import InterfaceError, OperationalError, connections, transaction
 from django.db.models import QuerySet
 
+from ..db.dialects import Dialect, dialect_of
+from ..db.expressions import NowMs
+from ..db.querysets import TaskQuerySet
 from ..errors import CairnQError, ProtocolVersionMismatch
 from ..ids import now_ms
-from ..querysets import TaskQuerySet
-from ..records import TaskRecord
-from ..schema import PROTOCOL_VERSION
+from ..models import ProtocolMeta
+from ..records import PROTOCOL_VERSION, TaskRecord
 from ..tables import known_missing_tables
 from . import sql
-from .dialects import Dialect, dialect_of
 from .django_private import select_sql
 from .encoding import record
-from .expressions import NowMs
-from .protocol_statements import models, task_columns, tasks_of
+from .protocol_statements import task_columns, tasks_of
 from .statement_cache import Statement
 
 _verified_aliases: set[str] = set()
@@ -169,7 +169,7 @@ class Executor:
         try:
             with guard:
                 return (
-                    models().ProtocolMeta.objects.using(self.using)
+                    ProtocolMeta.objects.using(self.using)
                     .filter(key="protocol_version").values_list("value", flat=True).first()
                 )
         except Exception as exc:

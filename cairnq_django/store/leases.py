@@ -13,6 +13,7 @@ from typing import Any
 
 from django.db import connections
 
+from ..drained import DRAINED_CHANNEL
 from ..errors import LostLease, error_envelope
 from ..jsoncodec import check_text, dumps
 from ..records import DEFAULT_LEASE_MS, TaskRecord
@@ -45,9 +46,7 @@ _GROUP_ROWS = 500
 def drained_notify_sql(
     using: str, queues: Sequence[str], key: str, names: Sequence[str]
 ) -> tuple[str, list[Any]]:
-    """SELECT pg_notify(drained channel, key) if nothing is claimable for `names` (wakeup/drained.py)."""
-    from ..wakeup.drained import DRAINED_CHANNEL
-
+    """SELECT pg_notify(drained channel, key) if nothing is claimable for `names` (drained.py)."""
     shape = (len(queues), len(names))
     probe, probe_params = HAS_CLAIMABLE.bind(using, draw_values(queues, names), shape)
     # The probe is a compiled statement; every value in it is a bound parameter.
@@ -93,7 +92,7 @@ class LeaseOperations:
         transaction: each (names, limit) pair is one claim statement.
         `announce` = (key, names): where the database has NOTIFY, the same
         transaction tells the fleet when nothing claimable is left for those
-        names (wakeup/drained.py); elsewhere it is ignored.
+        names (drained.py); elsewhere it is ignored.
         """
         if isinstance(queues, str):
             queues = [queues]

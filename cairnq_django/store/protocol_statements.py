@@ -13,10 +13,20 @@ from typing import Any
 from django.db.models import Case, Exists, F, QuerySet, Value, When
 from django.db.models.expressions import Expression
 
-from ..querysets import TaskQuerySet, one_of
+from ..db import transitions
+from ..db.dialects import dialect_of
+from ..db.expressions import (
+    JsonParam,
+    NowMs,
+    RawText,
+    Slot,
+    int_param,
+    now_plus,
+    text_param,
+)
+from ..db.querysets import TaskQuerySet, one_of
+from ..models import ProtocolMeta, Task, TaskKey
 from ..records import COLUMNS
-from . import transitions
-from .dialects import dialect_of
 from .django_private import (
     Template,
     delete_sql,
@@ -26,20 +36,11 @@ from .django_private import (
     update_sql,
     upsert_sql,
 )
-from .expressions import JsonParam, LiteralIn, NowMs, RawText, Slot, int_param, now_plus, text_param
 from .statement_cache import Statement
 
 
-def models() -> Any:
-    """The app's models module, imported on first use: the package's __init__ imports the
-    store before Django's app registry is ready."""
-    from .. import models
-
-    return models
-
-
 def tasks_of(using: str) -> TaskQuerySet:
-    return models().Task.objects.using(using)
+    return Task.objects.using(using)
 
 
 # The whole row in records.COLUMNS order, free-text columns read raw (RawText).
@@ -88,7 +89,6 @@ def _build_insert(using: str, count: int) -> Template:
     fields = ("id", "name", "queue", "status", "payload", "metadata", "max_attempts",
               "priority", "run_at_ms", "parent_id", "root_id", "correlation_id",
               "created_at_ms", "updated_at_ms")
-    Task = models().Task
     row = Task(
         id=text_param("id", 0), name=text_param("name", 0), queue=text_param("queue", 0),
         status=Value("queued"), payload=JsonParam("payload", 0),
@@ -108,7 +108,6 @@ def _row_slot(param: Any, row: int) -> Any:
 
 
 def _build_point_key(using: str) -> Template:
-    TaskKey = models().TaskKey
     key = TaskKey(key=text_param("key"), task_id=text_param("task_id"),
                   created_at_ms=NowMs(), updated_at_ms=NowMs())
     return upsert_sql(
@@ -140,7 +139,7 @@ def _build_purge_ids(using: str, count: int) -> Template:
 
 def _build_has_claimable(using: str, queues: int, names: int | None) -> Template:
     probe = (
-        models().ProtocolMeta.objects.using(using)
+        ProtocolMeta.objects.using(using)
         .filter(key="protocol_version")
         .annotate(
             work=Exists(_claimable(using, queues, names).order_by()),
@@ -202,13 +201,13 @@ STATUS_BY_KEY = Statement(lambda using: select_sql(
     tasks_of(using).by_key(text_param("key")).values_list("id", "status")
 ))
 KEY_TARGET = Statement(lambda using: select_sql(
-    models().TaskKey.objects.using(using).filter(key=text_param("key")).values_list("task_id")
+    TaskKey.objects.using(using).filter(key=text_param("key")).values_list("task_id")
 ))
 CANCEL = Statement(lambda using: _returning_row(
     tasks_of(using).filter(id=text_param("id")).live(), transitions.cancel()
 ))
 RETRY = Statement(lambda using: _returning_row(
-    tasks_of(using).filter(LiteralIn("status", ("failed", "canceled")), id=text_param("id")),
+    tasks_of(using).retryable().filter(id=text_param("id")),
     transitions.retry(),
 ))
 POINT_KEY = Statement(_build_point_key)

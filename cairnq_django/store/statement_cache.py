@@ -13,10 +13,10 @@ import threading
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
+from ..db.dialects import dialect_of
+from ..db.expressions import NOW_SLOT, Slot, compiling_template
 from ..ids import now_ms
-from .dialects import dialect_of
 from .django_private import MAX_NAMED, Template, bind_placeholders, compile_statement, to_named
-from .expressions import NOW_SLOT, Slot, compiling_template
 
 
 class Statement:

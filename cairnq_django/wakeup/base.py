@@ -48,7 +48,7 @@ class Wakeup:
 
     @property
     def hears_drained(self) -> bool:
-        """Whether this kind hears other workers' "drained" announcements (wakeup/drained.py)."""
+        """Whether this kind hears other workers' "drained" announcements (drained.py)."""
         return False
 
     def drained_seen(self, key: str) -> int:

@@ -21,9 +21,9 @@ from typing import Any
 from django.db import connections
 
 from ..conf import cairnq_settings
+from ..drained import DRAINED_CHANNEL
 from ..store import sql
 from .base import RECONNECT_INITIAL_S, RECONNECT_MAX_S, Waits
-from .drained import DRAINED_CHANNEL
 from .probe import PROBE_CHANNEL, DeliveryProbe, describe
 
 logger = logging.getLogger("cairnq_django.wakeup")
@@ -112,7 +112,7 @@ class PostgresWakeup(Waits):
         # which they finished. A waiter wakes for finishes after its baseline.
         self._done_count = 0
         self._recent_done: OrderedDict[str, int] = OrderedDict()
-        # key -> "drained" announcements heard (wakeup/drained.py); only keys
+        # key -> "drained" announcements heard (drained.py); only keys
         # some waiter asked about, like _queued_seen.
         self._drained_seen: dict[str, int] = {}
         self._drained_waiting = 0

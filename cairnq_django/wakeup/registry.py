@@ -17,7 +17,7 @@ from django.db import connections
 from django.db.backends.base.base import BaseDatabaseWrapper
 
 from ..conf import cairnq_settings
-from ..store.dialects import dialect_for
+from ..db.dialects import dialect_for
 from .base import Wakeup
 
 logger = logging.getLogger("cairnq_django.wakeup")

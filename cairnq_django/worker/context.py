@@ -10,9 +10,7 @@ zombie handler's write would then pass the store's ownership check.
 Methods are synchronous (Django's ORM is); async handlers use the `a`-prefixed
 twins, which run the same code on a database thread.
 
-The module runs past 400 lines because the handler's API, the worker's settle
-API and the ownership gate share one lock and one settling flag; split apart,
-the reasoning about who may write when would be split too.
+One module, as the handler's API, the settle API and the ownership gate share one lock and one flag.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ Two decisions live here, apart from the claim loop that acts on them:
   notification. A worker whose last woken claim took something claims at
   once; one whose woken claim found nothing (another worker was faster)
   defers: it waits a short, jittered, growing moment for the winner's
-  "drained" announcement (wakeup/drained.py) and claims only if none comes.
+  "drained" announcement (drained.py) and claims only if none comes.
   So one task costs about one claim however many workers sleep, and work that
   outlasts one claim (no announcement: the winner filled its slots) still
   reaches the deferring workers within the deferral.

@@ -201,6 +201,6 @@ def autodiscover() -> None:
     from .. import compat
 
     if compat.AVAILABLE:
-        from ..backends.worker import register_framework_tasks
+        from ..backends.handlers import register_framework_tasks
 
         register_framework_tasks(registry)

@@ -6,10 +6,7 @@ claims. No transaction is held while a handler runs. What each claim asks for
 is planned in planner.py, the calls it starts are counted in inflight.py, and
 the worker's configuration is options.py.
 
-At about 500 lines this is longer than the rest of the package on purpose: it
-is where the claim loop meets the threads it starts (handlers, settler,
-heartbeat, scheduler, presence) and their shutdown order, which is easiest to
-check in one place.
+One module, as the claim loop, the threads it starts and their shutdown order are checked together.
 """
 
 from __future__ import annotations
@@ -30,6 +27,7 @@ from django.db import connections
 
 from .. import signals
 from ..conf import cairnq_settings
+from ..drained import drained_key
 from ..errors import HeartbeatLate, ProtocolVersionMismatch
 from ..ids import ulid
 from ..pooling import release
@@ -37,7 +35,6 @@ from ..records import TaskRecord
 from ..store import get_store
 from ..tables import check_tables
 from ..wakeup import Wakeup, get_wakeup
-from ..wakeup.drained import drained_key
 from .connections import WorkerConnectionPolicy
 from .context import TaskContext
 from .envelopes import shutdown_envelope, timeout_envelope
@@ -611,6 +608,6 @@ def _framework_backend_queues() -> list[str]:
 
     if not compat.AVAILABLE:
         return []
-    from ..backends.worker import backend_queues
+    from ..backends.discovery import backend_queues
 
     return backend_queues()

@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from django.views import View
 
-if TYPE_CHECKING:
-    from ..tasks import TaskAdmin
+from ..task_base import TaskAdminBase
 
 
 class TaskAdminView(View):
     """A view TaskAdmin.get_urls serves, bound to it by as_view(model_admin=...)."""
 
     # as_view() accepts only keywords the class already has, so a default is needed.
-    model_admin: TaskAdmin = None  # type: ignore[assignment]
+    model_admin: TaskAdminBase = None  # type: ignore[assignment]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.contrib.admin.utils import quote
 from django.db.models import Count, F, Value
@@ -19,15 +19,13 @@ from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString
 from django.utils.translation import gettext as _
 
+from ...humanize import human_duration, progress_percent, valid_progress
 from ...models import Task
 from ...observability.overview import Overview, overview
 from ...records import STATUSES, TERMINAL_STATUSES
-from ..display import human_duration, progress_percent, valid_progress
 from ..permissions import require_view_permission
+from ..task_base import TaskAdminBase
 from . import TaskAdminView
-
-if TYPE_CHECKING:
-    from ..tasks import TaskAdmin
 
 MINUTE_MS = 60_000
 MINUTES = 60
@@ -165,7 +163,7 @@ class DashboardView(TaskAdminView):
         )
 
 
-def _queue_rows(model_admin: TaskAdmin, view: Overview) -> list[dict[str, Any]]:
+def _queue_rows(model_admin: TaskAdminBase, view: Overview) -> list[dict[str, Any]]:
     link = model_admin.changelist_url
     return [
         {
@@ -182,7 +180,7 @@ def _queue_rows(model_admin: TaskAdmin, view: Overview) -> list[dict[str, Any]]:
     ]
 
 
-def _worker_rows(model_admin: TaskAdmin, view: Overview) -> list[dict[str, Any]]:
+def _worker_rows(model_admin: TaskAdminBase, view: Overview) -> list[dict[str, Any]]:
     opts = model_admin.opts
     return [
         {

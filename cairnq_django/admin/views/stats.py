@@ -9,9 +9,9 @@ from django.http import HttpRequest
 from django.template.response import TemplateResponse
 from django.utils.translation import gettext as _
 
+from ...humanize import human_duration
 from ...records import STATUSES, TERMINAL_STATUSES
 from ...store.admin_reads import queue_stats
-from ..display import human_duration
 from ..permissions import require_view_permission
 from . import TaskAdminView
 

@@ -8,7 +8,7 @@ few lines of static JavaScript) and reloads once the task leaves `running`.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, cast
+from typing import Any, cast
 
 from django.contrib import messages
 from django.contrib.admin.models import CHANGE, LogEntry
@@ -18,23 +18,20 @@ from django.http import Http404, HttpRequest, HttpResponseRedirect, JsonResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.translation import gettext as _
 
+from ...humanize import progress_percent, valid_progress
 from ...models import Task
-from ...records import LIVE_STATUSES
+from ...records import LIVE_STATUSES, RETRYABLE_STATUSES
 from ...store import get_store
 from ...store.admin_reads import task_message
-from ..actions import RETRYABLE_STATUSES
-from ..display import progress_percent, valid_progress
 from ..guarded import acceptable_id
 from ..permissions import require_view_permission
+from ..task_base import TaskAdminBase
 from . import TaskAdminView
-
-if TYPE_CHECKING:
-    from ..tasks import TaskAdmin
 
 PROGRESS_POLL_MS = 1000
 
 
-def _task_values(model_admin: TaskAdmin, object_id: str, *fields: str) -> dict[str, Any]:
+def _task_values(model_admin: TaskAdminBase, object_id: str, *fields: str) -> dict[str, Any]:
     """The task's `fields`, or 404; `object_id` is already unquoted."""
     if not acceptable_id(object_id):
         raise Http404
@@ -44,7 +41,7 @@ def _task_values(model_admin: TaskAdmin, object_id: str, *fields: str) -> dict[s
     return row
 
 
-def controls(model_admin: TaskAdmin, request: HttpRequest, task: Task) -> dict[str, Any]:
+def controls(model_admin: TaskAdminBase, request: HttpRequest, task: Task) -> dict[str, Any]:
     """What the task page offers: the buttons this user may press for this status."""
     status = task.status
     can_cancel = (
@@ -156,7 +153,7 @@ class ProgressView(_TaskView):
         )
 
 
-def urls(model_admin: TaskAdmin) -> list[URLPattern]:
+def urls(model_admin: TaskAdminBase) -> list[URLPattern]:
     """The per-task URLs, named admin:<app>_<model>_cancel / _retry / _progress."""
     opts = model_admin.opts
     wrap = model_admin.admin_site.admin_view

@@ -11,9 +11,10 @@ from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext_lazy as _
 
 from ...conf import cairnq_settings
+from ...humanize import human_duration
 from ...models import Task, WorkerRecord
 from ...observability.overview import database_now_ms
-from ..display import format_time, human_duration
+from ..display import format_time
 from ..guarded import GuardedAdmin
 
 RUNNING_SHOWN = 50

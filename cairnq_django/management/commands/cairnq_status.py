@@ -8,10 +8,10 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db.utils import Error as DatabaseError
 
-from cairnq_django.admin.display import human_duration as format_duration
-from cairnq_django.admin.display import progress_percent, valid_progress
 from cairnq_django.conf import cairnq_settings
 from cairnq_django.errors import CairnQError, TablesMissing
+from cairnq_django.humanize import human_duration as format_duration
+from cairnq_django.humanize import progress_percent, valid_progress
 from cairnq_django.observability.overview import Overview, overview
 from cairnq_django.records import STATUSES
 from cairnq_django.tables import known_missing_tables

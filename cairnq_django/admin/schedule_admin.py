@@ -20,12 +20,12 @@ from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, reverse
 from django.utils.translation import gettext as _
 
-from ..admin.guarded import GuardedAdmin, refuse_nul
-from ..admin.permissions import require_view_permission
 from ..conf import cairnq_settings
-from . import state
-from .models import ScheduleState
-from .overview import ScheduleView, find_schedule, schedule_views
+from ..schedules import state
+from ..schedules.models import ScheduleState
+from ..schedules.overview import ScheduleView, find_schedule, schedule_views
+from .guarded import GuardedAdmin, refuse_nul
+from .permissions import require_view_permission
 
 NEXT_SHOWN = 3
 

@@ -18,21 +18,21 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
-from django.contrib.auth import get_permission_codename
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, path
 from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext_lazy as _
 
+from ..db.dialects import RAW_TEXT_COLUMNS
+from ..humanize import human_duration
 from ..ids import now_ms
 from ..models import Task, TaskKey
 from ..records import TERMINAL_STATUSES, attempt_label
 from ..store.admin_reads import newest_first_ordering
-from ..store.dialects import RAW_TEXT_COLUMNS
 from .actions import ACTIONS
 from .changelist import BoundedCountPaginator, TaskChangeList
-from .display import breakable, compact_time, human_duration, progress_html, short_id
+from .display import breakable, compact_time, progress_html, short_id
 from .filters import NameFilter, QueueFilter
 from .task_fields import TaskPageAdmin
 from .views import task_page
@@ -168,19 +168,6 @@ class TaskAdmin(TaskPageAdmin):
     def has_delete_permission(self, request: HttpRequest, obj: Task | None = None) -> bool:
         # Rows leave only through the purge action, which keeps live tasks.
         return False
-
-    def _has_task_permission(self, request: HttpRequest, action: str) -> bool:
-        codename = get_permission_codename(action, self.opts)
-        return request.user.has_perm(f"{self.opts.app_label}.{codename}")
-
-    def has_cancel_permission(self, request: HttpRequest) -> bool:
-        return self._has_task_permission(request, "cancel")
-
-    def has_retry_permission(self, request: HttpRequest) -> bool:
-        return self._has_task_permission(request, "retry")
-
-    def has_purge_permission(self, request: HttpRequest) -> bool:
-        return self._has_task_permission(request, "purge")
 
     # ---------------------------------------------------------------- search
     def get_search_results(

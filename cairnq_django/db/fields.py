@@ -13,7 +13,7 @@ from typing import Any
 from django.db import models
 from django.db.backends.base.base import BaseDatabaseWrapper
 
-from .store.dialects import dialect_for
+from .dialects import dialect_for
 
 
 class ProtocolTextField(models.TextField):

@@ -1,9 +1,8 @@
-"""How `cairnq_worker` finds and runs framework tasks.
+"""How `cairnq_worker` runs framework tasks.
 
-`register_framework_tasks()` imports every installed app's `tasks` module and
-the modules CairnQ backends list in OPTIONS["MODULES"]; each framework task
-built there against a CairnQ backend is registered as a handler under its row
-name (the module path, or its `cairnq_name`). The handler reads
+`register_framework_tasks()` registers each framework task that discovery
+(discovery.py) finds, built against a CairnQ backend, as a handler under its
+row name (the module path, or its `cairnq_name`). The handler reads
 `{"args": [...], "kwargs": {...}}` from the payload, records the attempt on the
 row, sends the framework's `task_started`, and calls the function; the
 framework's `task_finished` follows the worker's own end-of-task signals.
@@ -13,63 +12,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import sys
 from dataclasses import replace
 from functools import partial
-from importlib import import_module
-from types import ModuleType
 from typing import Any
-
-from django.apps import apps
-from django.conf import settings
-from django.utils.module_loading import autodiscover_modules, import_string
 
 from .. import compat, signals
 from ..errors import LostLease, TaskError
+from .backend import CairnQBackend
+from .definitions import known_tasks, row_name
+from .discovery import import_task_modules
 from .results import failure_envelope, split_payload, to_result, with_attempt
-from .tasks import known_tasks, row_name
 from .values import json_return_value
 
 logger = logging.getLogger("cairnq_django.worker")
-
-
-def cairnq_backend_aliases() -> list[str]:
-    """The TASKS aliases whose backend is a CairnQBackend."""
-    from .backend import CairnQBackend
-
-    aliases = []
-    for alias, params in (getattr(settings, "TASKS", None) or {}).items():
-        try:
-            backend_class = import_string(params["BACKEND"])
-        except (ImportError, KeyError, TypeError):
-            continue
-        if isinstance(backend_class, type) and issubclass(backend_class, CairnQBackend):
-            aliases.append(alias)
-    return aliases
-
-
-def backend_queues() -> list[str]:
-    """The QUEUES of every CairnQ backend in settings.TASKS, in order, for a worker to serve."""
-    from . import compat
-
-    queues: list[str] = []
-    for alias in cairnq_backend_aliases():
-        queues += sorted(compat.task_backends[alias].queues)
-    return list(dict.fromkeys(queues))
-
-
-def import_task_modules() -> list[ModuleType]:
-    """Import installed apps' `tasks` modules and the CairnQ backends' OPTIONS["MODULES"]."""
-    autodiscover_modules("tasks")
-    modules = [
-        sys.modules[f"{config.name}.tasks"]
-        for config in apps.get_app_configs()
-        if f"{config.name}.tasks" in sys.modules
-    ]
-    for alias in cairnq_backend_aliases():
-        backend: Any = compat.task_backends[alias]  # a CairnQBackend (cairnq_backend_aliases)
-        modules += [import_module(name) for name in backend.modules]
-    return list(dict.fromkeys(modules))
 
 
 def register_framework_tasks(registry: Any) -> list[str]:
@@ -195,8 +150,6 @@ async def _on_db(ctx: Any, fn: Any, *args: Any) -> Any:
 
 
 def _send(signal: Any, task: Any, **kwargs: Any) -> None:
-    from .backend import CairnQBackend
-
     for receiver, response in signal.send_robust(CairnQBackend, **kwargs):
         if isinstance(response, Exception):
             logger.error(

@@ -18,8 +18,8 @@ from django.db import models
 from django.db.models import Q
 from django.db.models.expressions import Expression
 
-from .records import LIVE_STATUSES, TERMINAL_STATUSES
-from .store.expressions import LiteralIn, NowMs, now_minus
+from ..records import LIVE_STATUSES, RETRYABLE_STATUSES, TERMINAL_STATUSES
+from .expressions import LiteralIn, NowMs, now_minus
 
 CLAIM_ORDER = ("-priority", "run_at_ms", "id")
 
@@ -39,6 +39,10 @@ class TaskQuerySet(models.QuerySet):
 
     def live(self) -> TaskQuerySet:
         return self.filter(LiteralIn("status", LIVE_STATUSES))
+
+    def retryable(self) -> TaskQuerySet:
+        """Failed or canceled: what a retry may queue again."""
+        return self.filter(LiteralIn("status", RETRYABLE_STATUSES))
 
     def claimable(self, queues: Sequence[Any], names: Sequence[Any] | None = None,
                   now: int | Expression | None = None) -> TaskQuerySet:

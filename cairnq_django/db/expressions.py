@@ -20,9 +20,9 @@ from django.db.models import Lookup
 from django.db.models.expressions import CombinedExpression, Expression
 from django.db.models.sql.compiler import SQLCompiler
 
-from ..fields import EpochMillisField
 from ..ids import now_ms
 from .dialects import RAW_TEXT_COLUMNS
+from .fields import EpochMillisField
 
 # What as_sql() and its vendor variants return here: SQL and a list of
 # parameters that may be Slots. django-stubs 6 declares a tuple of str | int

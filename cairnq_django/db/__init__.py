@@ -1,0 +1,1 @@
+"""The ORM vocabulary the models and the store are written in: fields, expressions, querysets."""
