@@ -41,6 +41,7 @@ from .errors import (
     TaskFailed,
     TaskTimeout,
 )
+from .flow.pausing import pause_queue, paused_queues, resume_queue
 from .records import TaskRecord, TaskStatus
 from .worker import TaskContext, register, task
 
@@ -84,8 +85,11 @@ __all__ = [
     "get_by_key",
     "list",
     "list_tasks",
+    "pause_queue",
+    "paused_queues",
     "purge",
     "register",
+    "resume_queue",
     "retry",
     "stats",
     "task",

@@ -67,7 +67,12 @@ def claim_shape(queues, names, limit: int) -> tuple:
 def _claimable(using: str, queues: int, names: int | None) -> TaskQuerySet:
     return tasks_of(using).claimable(
         _texts("q", queues), None if names is None else _texts("n", names)
-    )
+    ).exclude(queue__in=_paused_queues(using))
+
+
+def _paused_queues(using: str) -> QuerySet:
+    """Flow control (flow/pausing.py): the claim, its probe and the drained check skip these."""
+    return models().QueueState.objects.using(using).filter(paused=True).values("queue")
 
 
 def _returning_row(queryset: QuerySet, values: dict) -> Template:
