@@ -6,8 +6,7 @@ import json
 
 import pytest
 from django.contrib.admin.models import LogEntry
-from django.contrib.auth.models import Permission, User
-from django.contrib.messages import get_messages
+from django.contrib.auth.models import User
 from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.db import connection
@@ -15,6 +14,7 @@ from django.db import connection
 from cairnq_django import enqueue, pause_queue, paused_queues, resume_queue
 from cairnq_django.flow.models import QueueState
 from tests.test_query_plans import explain_each, recorded, uses_index
+from tests.test_schedule_admin import messages_of, staff
 
 pytestmark = pytest.mark.django_db
 
@@ -28,18 +28,6 @@ def run(*args: str) -> str:
     out = StringIO()
     call_command("cairnq_queue", *args, stdout=out)
     return out.getvalue()
-
-
-def staff(*codenames: str) -> User:
-    user = User.objects.create_user("ops", password="x", is_staff=True)
-    user.user_permissions.set(
-        Permission.objects.filter(content_type__app_label="cairnq_django", codename__in=codenames)
-    )
-    return user
-
-
-def messages_of(response) -> list[str]:
-    return [str(m) for m in get_messages(response.wsgi_request)]
 
 
 # ------------------------------------------------------------------ the API
