@@ -47,9 +47,11 @@ if TYPE_CHECKING:
         wait_by_key,
     )
     from .client import list_tasks as list  # noqa: A004
+    from .flow.pausing import pause_queue, paused_queues, resume_queue
     from .worker import TaskContext, register, task
 
 _WORKER_NAMES = frozenset({"TaskContext", "register", "task"})
+_FLOW_NAMES = frozenset({"pause_queue", "paused_queues", "resume_queue"})
 
 
 def __getattr__(name: str) -> Any:
@@ -60,6 +62,10 @@ def __getattr__(name: str) -> Any:
         from . import worker
 
         return getattr(worker, name)
+    if name in _FLOW_NAMES:
+        from .flow import pausing
+
+        return getattr(pausing, name)
     if name in __all__:
         from . import client
 
@@ -105,8 +111,11 @@ __all__ = [
     "get_by_key",
     "list",
     "list_tasks",
+    "pause_queue",
+    "paused_queues",
     "purge",
     "register",
+    "resume_queue",
     "retry",
     "stats",
     "task",

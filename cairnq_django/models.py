@@ -151,3 +151,7 @@ from .schedules.models import ScheduleState  # noqa: E402,F401
 # isort: split
 # The workers table belongs to observability; importing it here is how Django finds it.
 from .observability.models import WorkerRecord  # noqa: E402,F401
+
+# isort: split
+# The queue pause flags belong to flow control; importing them here is how Django finds them.
+from .flow.models import QueueState  # noqa: E402,F401

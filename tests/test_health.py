@@ -121,7 +121,7 @@ def test_status_prints_workers_and_queues(store):
     assert f"  worker_LIVE runs tests.echo {running.id} 25%" in lines
     queues = lines[lines.index("Queues: 2") + 1 :]
     assert queues[0].split() == [
-        "QUEUE", "QUEUED", "RUNNING", "SUCCEEDED", "FAILED", "CANCELED", "OLDEST", "DUE",
+        "QUEUE", "QUEUED", "RUNNING", "SUCCEEDED", "FAILED", "CANCELED", "OLDEST", "DUE", "STATE",
     ]
     assert queues[1].split()[:6] == ["default", "0", "1", "0", "0", "0"]
     assert queues[2].split()[:6] == ["mail", "1", "0", "0", "0", "0"]

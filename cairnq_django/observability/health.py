@@ -41,6 +41,8 @@ def problems(view: Overview, *, max_age_ms: int, queues: Sequence[str] | None = 
             continue
         if q.oldest_due_age_ms is None:
             continue  # nothing due: nothing can be stuck
+        if q.queue in view.paused:
+            continue  # held back on purpose (cairnq_queue pause), not stuck
         waited = format_duration(q.oldest_due_age_ms)
         if not view.live_workers_for(q.queue):
             found.append(

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..flow.pausing import paused_queues
 from ..models import Task
 from ..store import get_store
 from ..store.admin_reads import QueueStats, queue_stats
@@ -39,6 +40,8 @@ class Overview:
     now_ms: int
     queues: list[QueueStats]
     workers: list[WorkerView]
+    # Queues no Django worker claims from (flow/pausing.py), sorted.
+    paused: list[str] = field(default_factory=list)
 
     def live_workers_for(self, queue: str) -> list[WorkerView]:
         return [w for w in self.workers if w.live and queue in w.record.queues]
@@ -68,4 +71,7 @@ def overview(using: str | None = None) -> Overview:
     """Read the queue × status table, the oldest due ages and the workers."""
     using = using or get_store().using
     now = database_now_ms(using)
-    return Overview(now_ms=now, queues=queue_stats(using, now), workers=workers(using, now))
+    return Overview(
+        now_ms=now, queues=queue_stats(using, now), workers=workers(using, now),
+        paused=paused_queues(using=using),
+    )

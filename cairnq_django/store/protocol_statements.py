@@ -25,7 +25,7 @@ from ..db.expressions import (
     text_param,
 )
 from ..db.querysets import TaskQuerySet, one_of
-from ..models import ProtocolMeta, Task, TaskKey
+from ..models import ProtocolMeta, QueueState, Task, TaskKey
 from ..records import COLUMNS
 from .django_private import (
     Template,
@@ -71,7 +71,12 @@ def claim_shape(
 def _claimable(using: str, queues: int, names: int | None) -> TaskQuerySet:
     return tasks_of(using).claimable(
         _texts("q", queues), None if names is None else _texts("n", names)
-    )
+    ).exclude(queue__in=_paused_queues(using))
+
+
+def _paused_queues(using: str) -> QuerySet:
+    """Flow control (flow/pausing.py): the claim, its probe and the drained check skip these."""
+    return QueueState.objects.using(using).filter(paused=True).values("queue")
 
 
 def _returning_row(queryset: QuerySet[Any, Any], values: dict[str, Any]) -> Template:

@@ -21,6 +21,7 @@ from django.db import connection, models
 from django.test import Client, RequestFactory
 from django.urls import Resolver404, resolve
 
+from cairnq_django import pause_queue
 from cairnq_django.models import Task
 from cairnq_django.schedules.models import ScheduleState
 
@@ -59,11 +60,13 @@ def write_everywhere(model: type[models.Model], column: str, value: float) -> No
 
 @pytest.fixture
 def rows(store):
-    """A task in each status (the running ones held by a live worker) and a schedule row."""
+    """A task in each status (the running ones held by a live worker), a schedule row and a
+    paused queue's row."""
     tasks = {status: make(store, status) for status in ("queued", "running", "succeeded",
                                                         "failed", "canceled")}
     add_worker("w1")
     add_schedule_state("nightly", last_task_id=tasks["succeeded"].id)
+    pause_queue("mail", by="corpus")
     return tasks
 
 
@@ -191,6 +194,8 @@ ROLES = {
     "view workers": ("view_workerrecord",),
     "schedules: view, run, pause": ("view_schedulestate", "run_schedule", "pause_schedule"),
     "run and pause schedules, no view": ("run_schedule", "pause_schedule"),
+    "view tasks, pause queues": ("view_task", "pause_queue"),
+    "pause queues, no view": ("pause_queue",),
 }
 
 

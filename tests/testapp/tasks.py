@@ -167,3 +167,20 @@ def journal(ctx, payload):
     finally:
         os.close(fd)
     return None
+
+
+@task("tests.stamp")
+def stamp(ctx, payload):
+    """Append '<task id> <start ms>' to CAIRNQ_TEST_JOURNAL, then hold the task hold_s seconds.
+
+    The start is the host clock when the handler began, so a test can tell
+    which tasks started after a moment it noted on the same host.
+    """
+    line = f"{ctx.task_id} {time.time_ns() // 1_000_000}\n".encode()
+    fd = os.open(os.environ["CAIRNQ_TEST_JOURNAL"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)
+    finally:
+        os.close(fd)
+    time.sleep((payload or {}).get("hold_s", 0))
+    return None

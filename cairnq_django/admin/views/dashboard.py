@@ -154,6 +154,7 @@ class DashboardView(TaskAdminView):
             "workers": _worker_rows(model_admin, view),
             "live_workers": sum(w.live for w in view.workers),
             "changelist_url": model_admin.changelist_url(),
+            **_pause_context(request, view),
             "stats_url": reverse(f"admin:{opts.app_label}_{opts.model_name}_stats"),
             "media": model_admin.media,
         }
@@ -175,9 +176,22 @@ def _queue_rows(model_admin: TaskAdminBase, view: Overview) -> list[dict[str, An
             ),
             "workers": len(view.live_workers_for(q.queue)),
             "unserved": q.oldest_due_age_ms is not None and not view.live_workers_for(q.queue),
+            "paused": q.queue in view.paused,
         }
         for q in view.queues
     ]
+
+
+def _pause_context(request: HttpRequest, view: Overview) -> dict[str, Any]:
+    """The pause/resume buttons (they post to queue_state_admin.py), and paused queues with no task."""
+    listed = {q.queue for q in view.queues}
+    allowed = request.user.has_perm("cairnq_django.pause_queue")
+    return {
+        "can_pause": allowed,
+        "pause_url": reverse("admin:cairnq_django_queuestate_pause") if allowed else None,
+        "paused_queues": view.paused,
+        "paused_without_tasks": [queue for queue in view.paused if queue not in listed],
+    }
 
 
 def _worker_rows(model_admin: TaskAdminBase, view: Overview) -> list[dict[str, Any]]:

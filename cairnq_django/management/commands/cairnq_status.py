@@ -55,10 +55,15 @@ def as_text(view: Overview) -> str:
     if view.queues:
         rows = [
             [q.queue, *(str(q.counts[s]) for s in STATUSES),
-             "-" if q.oldest_due_age_ms is None else format_duration(q.oldest_due_age_ms)]
+             "-" if q.oldest_due_age_ms is None else format_duration(q.oldest_due_age_ms),
+             "paused" if q.queue in view.paused else "active"]
             for q in view.queues
         ]
-        lines.extend(_table(["QUEUE", *(s.upper() for s in STATUSES), "OLDEST DUE"], rows))
+        lines.extend(
+            _table(["QUEUE", *(s.upper() for s in STATUSES), "OLDEST DUE", "STATE"], rows)
+        )
+    if view.paused:
+        lines.append(f"Paused queues (no Django worker claims from them): {', '.join(view.paused)}")
     return "\n".join(lines)
 
 
@@ -86,6 +91,7 @@ def as_json(view: Overview) -> str:
             q.queue: {**q.counts, "oldest_due_age_ms": q.oldest_due_age_ms}
             for q in view.queues
         },
+        "paused_queues": view.paused,
     }, indent=2)
 
 

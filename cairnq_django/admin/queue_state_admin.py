@@ -1,0 +1,92 @@
+"""The admin's pause and resume buttons (on the dashboard) and the queue states' list.
+
+The buttons post to QueueStateAdmin's `pause/` URL, which calls the same
+pause_queue / resume_queue as `manage.py cairnq_queue`, behind the
+pause_queue permission, POST only (the admin's CSRF check applies), and
+leaves an admin log entry on the queue's state row. The list is read-only:
+who paused or resumed which queue, and when.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
+from django.urls import URLPattern, path, reverse
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
+
+from ..conf import cairnq_settings
+from ..flow.models import QueueState
+from ..flow.pausing import pause_queue, resume_queue
+from .display import compact_time
+from .guarded import GuardedAdmin, refuse_nul
+
+ACTIONS = ("pause", "resume")
+PERMISSION = "cairnq_django.pause_queue"
+
+
+@admin.register(QueueState)
+class QueueStateAdmin(GuardedAdmin):
+    list_display = ("queue", "paused", "changed", "changed_by")
+    list_filter = ("paused",)
+    url_lookups = frozenset({"paused__exact"})
+
+    @property
+    def using(self) -> str:
+        return cairnq_settings.DATABASE
+
+    def get_queryset(self, request: HttpRequest) -> Any:
+        return super().get_queryset(request).using(self.using)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: QueueState | None = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: QueueState | None = None) -> bool:
+        return False
+
+    @admin.display(description=gettext_lazy("changed"), ordering="changed_at_ms")
+    def changed(self, state: QueueState) -> str:
+        return compact_time(state.changed_at_ms)
+
+    def get_urls(self) -> list[URLPattern]:
+        act = self.admin_site.admin_view(self.pause_view)
+        return [path("pause/", act, name="cairnq_django_queuestate_pause"), *super().get_urls()]
+
+    def pause_view(self, request: HttpRequest) -> HttpResponse:
+        """Pause or resume the posted queue, then go back to the dashboard."""
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        refuse_nul(request)
+        if not request.user.has_perm(PERMISSION):
+            raise PermissionDenied
+        back = HttpResponseRedirect(reverse("admin:cairnq_django_task_dashboard"))
+        action, queue = request.POST.get("action"), request.POST.get("queue", "")
+        if action not in ACTIONS:
+            self.message_user(request, _("Unknown action."), messages.ERROR)
+            return back
+        by = request.user.get_username()
+        try:
+            if action == "pause":
+                done = pause_queue(queue, using=self.using, by=by)
+                text = _("Paused queue “%(queue)s”: no worker claims from it until it is resumed.") \
+                    if done else _("Queue “%(queue)s” was already paused.")
+            else:
+                done = resume_queue(queue, using=self.using, by=by)
+                text = _("Resumed queue “%(queue)s”.") if done \
+                    else _("Queue “%(queue)s” was not paused.")
+        except ValueError as exc:
+            self.message_user(request, str(exc), messages.ERROR)
+            return back
+        if done:
+            state = QueueState.objects.using(self.using).get(queue=queue)
+            self.log_change(request, state, [{"changed": {"fields": [action]}}])
+        self.message_user(
+            request, text % {"queue": queue}, messages.SUCCESS if done else messages.WARNING
+        )
+        return back

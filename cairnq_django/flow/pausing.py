@@ -1,0 +1,148 @@
+"""Pause and resume a queue for the whole fleet.
+
+The state is a row of QueueState. The claim itself (store/protocol_statements.py,
+`_claimable`) leaves out every row whose queue is paused, so the probe, the
+claim and the drained check all agree, and a claim statement that starts after
+the pause commits can take nothing from that queue, whichever worker runs it.
+
+What the flag cannot stop alone is a claim already in flight when it
+commits: on PostgreSQL a claim statement reads the snapshot it started with.
+So pausing then waits for the write transactions on cairnq_tasks that were
+open at its commit (see _wait_for_open_writers); once pause_queue returns,
+every claim that could have missed the pause has committed, and its tasks
+show as running. On SQLite BEGIN IMMEDIATE already serializes the pause's
+write with every claim.
+
+Resuming wakes the workers the way an enqueue does: on PostgreSQL the
+protocol's `cairnq_queued` notification with the queue as payload, sent at
+commit; on SQLite the commit itself changes the data_version the wakeup
+watches.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import TYPE_CHECKING, Any
+
+from django.db import IntegrityError, connections, transaction
+from django.db.models import QuerySet
+
+from ..store import get_store
+from ..validators import MAX_QUEUE_LENGTH, check_label
+
+if TYPE_CHECKING:
+    from .models import QueueState
+
+# The protocol's channel (its trigger notifies it on every enqueue). Spelled
+# here, not imported from wakeup.postgres, so a SQLite process loads no psycopg.
+QUEUED_CHANNEL = "cairnq_queued"
+# Claims hold their transaction for milliseconds; anything open longer than
+# this is some other writer (an enqueue inside a long atomic()), not a claim.
+WRITERS_WAIT_S = 5.0
+MAX_BY_LENGTH = 255
+
+
+def _check(queue: Any, by: Any) -> None:
+    check_label("queue", queue, MAX_QUEUE_LENGTH)
+    if not isinstance(by, str):
+        raise ValueError(f"by must be a string, got {by!r}.")
+    if by:
+        check_label("by", by, MAX_BY_LENGTH)
+
+
+def _states(using: str) -> QuerySet[QueueState]:
+    # Imported on first use: the package's __init__ exports pause_queue before
+    # Django's app registry is ready to define models.
+    from .models import QueueState
+
+    return QueueState.objects.using(using)
+
+
+def _set_paused(using: str, queue: str, paused: bool, by: str) -> bool:
+    """Write the flag in one transaction; True if it changed."""
+    store = get_store(using)
+    rows = _states(store.using)
+    with transaction.atomic(using=store.using):
+        now = store.clock_ms()
+        changed = rows.filter(queue=queue).exclude(paused=paused).update(
+            paused=paused, changed_at_ms=now, changed_by=by
+        )
+        if not changed and paused and not rows.filter(queue=queue).exists():
+            try:
+                with transaction.atomic(using=store.using):
+                    rows.create(queue=queue, paused=True, changed_at_ms=now, changed_by=by)
+                changed = 1
+            except IntegrityError:
+                # Another caller paused it between our read and our insert.
+                changed = 0
+        if changed and not paused and store.dialect.has_listen_notify:
+            with connections[store.using].cursor() as cursor:
+                cursor.execute("SELECT pg_notify(%s, %s)", [QUEUED_CHANNEL, queue])
+    return bool(changed)
+
+
+def _wait_for_open_writers(using: str, timeout_s: float = WRITERS_WAIT_S) -> None:
+    """PostgreSQL: wait until every transaction writing cairnq_tasks right now has ended.
+
+    A claim takes its lock on cairnq_tasks with its first statement (the lease
+    recovery) and takes its snapshot for the claim statement after that, so a
+    claim that could not see the pause holds that lock now. pg_locks names the
+    transactions; polling it blocks no one, where LOCK TABLE would queue every
+    new enqueue and claim behind this wait.
+    """
+    connection = connections[using]
+    # Only where writers run side by side (row locks) can a claim be in
+    # flight across the pause's commit; inside a caller's transaction the
+    # pause has not committed yet, so there is nothing to wait for.
+    if not get_store(using).dialect.has_row_locks or connection.in_atomic_block:
+        return
+    held = (
+        "SELECT DISTINCT virtualtransaction FROM pg_locks"
+        " WHERE relation = 'cairnq_tasks'::regclass AND mode = 'RowExclusiveLock'"
+        " AND granted AND pid <> pg_backend_pid()"
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(held)
+        waiting = {row[0] for row in cursor.fetchall()}
+        deadline = time.monotonic() + timeout_s
+        pause_s = 0.002
+        while waiting and time.monotonic() < deadline:
+            time.sleep(pause_s)
+            pause_s = min(pause_s * 2, 0.05)
+            cursor.execute(held)
+            waiting &= {row[0] for row in cursor.fetchall()}
+
+
+def pause_queue(queue: str, *, using: str | None = None, by: str = "") -> bool:
+    """Stop every Django worker claiming from `queue`; True if it was not paused already.
+
+    Enqueue to the queue is still accepted and running tasks finish. When this
+    returns, no task of the queue is claimed until resume_queue. Other CairnQ
+    SDKs' workers do not read the pause (it is not in the protocol's tables).
+    """
+    _check(queue, by)
+    alias = get_store(using).using
+    changed = _set_paused(alias, queue, True, by)
+    _wait_for_open_writers(alias)
+    return changed
+
+
+def resume_queue(queue: str, *, using: str | None = None, by: str = "") -> bool:
+    """Let workers claim from `queue` again and wake them; True if it was paused."""
+    _check(queue, by)
+    return _set_paused(get_store(using).using, queue, False, by)
+
+
+def paused_queues(*, using: str | None = None) -> list[str]:
+    """The paused queues' names, sorted."""
+    alias = get_store(using).using
+    return list(
+        _states(alias).filter(paused=True).order_by("queue")
+        .values_list("queue", flat=True)
+    )
+
+
+def queue_states(*, using: str | None = None) -> dict[str, QueueState]:
+    """Every queue's state row (paused or resumed), by queue name."""
+    alias = get_store(using).using
+    return {row.queue: row for row in _states(alias).order_by("queue")}
