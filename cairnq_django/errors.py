@@ -157,6 +157,24 @@ class TaskError(CairnQError):
         self.details = details or {}
 
 
+class Snooze(CairnQError):
+    """Raised by a handler to run its task again after `delay` seconds (or a timedelta).
+
+    The task goes back to the queue due then, with this attempt given back
+    (it does not count against max_attempts) and no error recorded; see
+    TaskContext.snooze. A bad delay raises ValueError here, where the handler
+    made the mistake, and the task then fails like any handler exception.
+    """
+
+    def __init__(self, delay: Any) -> None:
+        # Imported here: validators imports jsoncodec, which imports this module.
+        from .validators import snooze_delay_ms
+
+        self.delay_ms = snooze_delay_ms(delay)
+        self.delay = delay
+        super().__init__(f"Snoozed for {self.delay_ms} ms.")
+
+
 def error_envelope(
     *,
     type: str,  # noqa: A002 - the envelope's field; keyword-only, so the builtin is not needed here

@@ -151,3 +151,7 @@ from .schedules.models import ScheduleState  # noqa: E402,F401
 # isort: split
 # The workers table belongs to observability; importing it here is how Django finds it.
 from .observability.models import WorkerRecord  # noqa: E402,F401
+
+# isort: split
+# Flow control's own table; importing it here is how Django finds it.
+from .flow.models import TaskFlow  # noqa: E402,F401

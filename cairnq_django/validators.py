@@ -137,6 +137,23 @@ def delay_ms(delay: timedelta | int | float | None, run_at: datetime | None, now
     return _bounded("delay", ms, delay)
 
 
+def snooze_delay_ms(delay: Any) -> int:
+    """A snooze's delay (seconds, or a timedelta) in whole ms: positive, finite, at most MAX_DELAY_MS.
+
+    Rounded up, so a positive delay never becomes "due now" and a snooze
+    loop always yields to other work.
+    """
+    if isinstance(delay, timedelta):
+        seconds: float = delay.total_seconds()
+    elif isinstance(delay, (int, float)) and not isinstance(delay, bool):
+        seconds = delay
+    else:
+        raise ValueError(f"A snooze delay must be a number of seconds or a timedelta, not {delay!r}.")
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise ValueError(f"A snooze delay must be a positive, finite number of seconds, got {delay!r}.")
+    return _bounded("snooze delay", math.ceil(seconds * 1000), delay)
+
+
 def _bounded(argument: str, ms: float, given: Any) -> int:
     if ms > MAX_DELAY_MS:
         raise ValueError(

@@ -8,11 +8,12 @@ from contextlib import nullcontext
 from typing import Any
 
 from django.db import connections, transaction
+from django.db.models import F
 
 from ..errors import LostLease, error_envelope
 from ..jsoncodec import check_text
 from ..records import DEFAULT_LEASE_MS, TaskRecord
-from ..validators import check_integer
+from ..validators import MAX_DELAY_MS, check_integer
 from . import queries as q
 from .encoding import LEASE_EXPIRED, error_json, record, result_json
 from .plumbing import StoreBase
@@ -277,6 +278,28 @@ class WorkerOperations(StoreBase):
             q.FAIL, task_id, worker_id,
             {"error": error_json(error, retryable), "retryable": bool(retryable), "delay_ms": delay_ms},
         )
+
+    def snooze(self, task_id: str, worker_id: str, delay_ms: int) -> TaskRecord:
+        """Requeue a run due in delay_ms, giving its attempt back; canceled if a cancel is pending.
+
+        Ownership-checked as complete and fail are. No error is written. The
+        task's snooze count (flow.models.TaskFlow) goes up in the same
+        transaction; a snooze that ended in a cancel is not counted.
+        """
+        from ..flow.models import TaskFlow  # the app registry is not ready when this module loads
+
+        check_integer("delay_ms", delay_ms)
+        if delay_ms > MAX_DELAY_MS:
+            raise ValueError(f"delay_ms must be at most {MAX_DELAY_MS}, got {delay_ms!r}.")
+        with self.atomic():
+            task = self._owned(q.SNOOZE, task_id, worker_id, {"delay_ms": delay_ms})
+            if task.status == "queued":
+                # The task row is locked (or, on SQLite, the database) until
+                # commit, so no other write can race the first row's insert.
+                flow = TaskFlow.objects.using(self.using)
+                if not flow.filter(task_id=task_id).update(snoozes=F("snoozes") + 1):
+                    flow.create(task_id=task_id, snoozes=1)
+        return task
 
 
 # ------------------------------------------------------------- the statements
