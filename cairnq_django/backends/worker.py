@@ -6,7 +6,10 @@ built there against a CairnQ backend is registered as a handler under its row
 name (the module path, or its `cairnq_name`). The handler reads
 `{"args": [...], "kwargs": {...}}` from the payload, records the attempt on the
 row, sends the framework's `task_started`, and calls the function; the
-framework's `task_finished` follows the worker's own end-of-task signals.
+framework's `task_finished` follows the worker's own end-of-task signals. A
+function that raises cairnq_django.Snooze is snoozed, not failed (the
+framework's context has no snooze method; raising is the way), and no
+`task_finished` is sent for it, as for a retry.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from django.conf import settings
 from django.utils.module_loading import autodiscover_modules, import_string
 
 from .. import compat, signals
-from ..errors import LostLease, TaskError
+from ..errors import LostLease, Snooze, TaskError
 from .results import failure_envelope, split_payload, to_result, with_attempt
 from .tasks import known_tasks, row_name
 from .values import json_return_value
@@ -120,6 +123,8 @@ class TaskHandler:
                 value = self.task.call(compat.TaskContext(task_result=result), *args, **kwargs)
             else:
                 value = self.task.call(*args, **kwargs)
+        except Snooze:
+            raise  # not a failure: the worker snoozes the task
         except BaseException as exc:
             # SystemExit, KeyboardInterrupt and the like too: the framework's
             # backends record them as the task's error. The worker's own
@@ -189,6 +194,8 @@ class AsyncTaskHandler(TaskHandler):
                 value = await self.task.acall(*args, **kwargs)
         except asyncio.CancelledError:
             raise  # the worker gave up on the attempt (a timeout, shutdown) and settles it
+        except Snooze:
+            raise
         except BaseException as exc:
             await _on_db(ctx, self.failed, ctx, exc)
             raise
