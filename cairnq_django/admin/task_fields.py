@@ -21,6 +21,7 @@ from django.utils.translation import gettext_lazy as _
 
 from .. import compat, jsoncodec
 from ..conf import cairnq_settings
+from ..flow.snoozes import snoozes_of
 from ..models import Task, TaskKey
 from ..store.admin_reads import raw_column
 from ..store.dialects import RAW_TEXT_COLUMNS
@@ -123,6 +124,10 @@ class TaskPageAdmin(GuardedAdmin):
         return list(
             TaskKey.objects.using(self.using).filter(task_id=task.pk).values_list("key", flat=True)
         )
+
+    @admin.display(description=_("snoozes"))
+    def snooze_count(self, task: Task) -> str:
+        return str(snoozes_of(self.using, [task.pk]).get(task.pk, 0))
 
     @admin.display(description=_("created"))
     def created_at(self, task: Task) -> str:
