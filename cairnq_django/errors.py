@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .delays import snooze_delay_ms
+
 
 class CairnQError(Exception):
     """Base class of every error this package raises on purpose."""
@@ -167,9 +169,6 @@ class Snooze(CairnQError):
     """
 
     def __init__(self, delay: Any) -> None:
-        # Imported here: validators imports jsoncodec, which imports this module.
-        from .validators import snooze_delay_ms
-
         self.delay_ms = snooze_delay_ms(delay)
         self.delay = delay
         super().__init__(f"Snoozed for {self.delay_ms} ms.")

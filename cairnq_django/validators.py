@@ -13,6 +13,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
+from .delays import MAX_DELAY_MS
 from .jsoncodec import check_text
 from .records import CONFLICTS
 
@@ -28,9 +29,6 @@ MAX_QUEUE_LENGTH = 255
 MAX_KEY_LENGTH = 512
 MAX_CORRELATION_ID_LENGTH = 255
 
-# A run time must stay an exact integer for every peer, JavaScript's Number
-# included (2**53); 2**52 ms from now is about 140,000 years.
-MAX_DELAY_MS = 2**52
 
 
 def is_integer(value: Any, *, minimum: int = 1) -> bool:
@@ -135,23 +133,6 @@ def delay_ms(delay: timedelta | int | float | None, run_at: datetime | None, now
     if ms < 0:
         raise ValueError(f"delay must not be negative, got {delay!r}.")
     return _bounded("delay", ms, delay)
-
-
-def snooze_delay_ms(delay: Any) -> int:
-    """A snooze's delay (seconds, or a timedelta) in whole ms: positive, finite, at most MAX_DELAY_MS.
-
-    Rounded up, so a positive delay never becomes "due now" and a snooze
-    loop always yields to other work.
-    """
-    if isinstance(delay, timedelta):
-        seconds: float = delay.total_seconds()
-    elif isinstance(delay, (int, float)) and not isinstance(delay, bool):
-        seconds = delay
-    else:
-        raise ValueError(f"A snooze delay must be a number of seconds or a timedelta, not {delay!r}.")
-    if not math.isfinite(seconds) or seconds <= 0:
-        raise ValueError(f"A snooze delay must be a positive, finite number of seconds, got {delay!r}.")
-    return _bounded("snooze delay", math.ceil(seconds * 1000), delay)
 
 
 def _bounded(argument: str, ms: float, given: Any) -> int:

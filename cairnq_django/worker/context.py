@@ -31,10 +31,10 @@ from django.db.utils import InterfaceError, OperationalError
 
 from .. import signals
 from ..backpressure import wait_for_headroom
+from ..delays import snooze_delay_ms
 from ..errors import LostLease, SerializationError
 from ..records import TaskRecord
 from ..store import Store
-from ..validators import snooze_delay_ms
 from .backoff import retry_delay_ms
 from .envelopes import as_envelope, unserializable_envelope
 
