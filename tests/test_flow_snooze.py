@@ -308,13 +308,16 @@ def test_the_worker_snoozes_without_failing_or_counting(live_store, received, ho
 
 def test_a_batch_handler_snoozes_single_contexts(live_store, received):
     reg = Registry()
-    calls = []
+    seen = set()
+    sizes = []
 
     def handler(ctxs):
-        calls.append(sorted(c.payload["i"] for c in ctxs))
+        sizes.append(len(ctxs))
         for ctx in ctxs:
-            if ctx.payload["i"] % 2 and len(calls) == 1:
+            # Odd ones snooze the first time they run, whichever call that is.
+            if ctx.payload["i"] % 2 and ctx.task_id not in seen:
                 ctx.snooze(0.2)
+            seen.add(ctx.task_id)
         return {ctx.task_id: {"i": ctx.payload["i"]} for ctx in ctxs}
 
     reg.register("sn.batch", handler, batch=4)
@@ -325,7 +328,7 @@ def test_a_batch_handler_snoozes_single_contexts(live_store, received):
     assert [r.result for r in rows] == [{"i": i} for i in range(4)]
     assert all(r.attempt == 1 and r.error is None for r in rows)
     assert [snoozes(t.id) for t in tasks] == [None, 1, None, 1]
-    assert calls[0] == [0, 1, 2, 3]
+    assert max(sizes) > 1  # contexts of one call settled apart
 
 
 def test_a_batch_handler_raising_snooze_snoozes_what_it_left(live_store):
