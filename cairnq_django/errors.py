@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .delays import snooze_delay_ms
+
 
 class CairnQError(Exception):
     """Base class of every error this package raises on purpose."""
@@ -155,6 +157,21 @@ class TaskError(CairnQError):
         self.message = message
         self.retryable = retryable
         self.details = details or {}
+
+
+class Snooze(CairnQError):
+    """Raised by a handler to run its task again after `delay` seconds (or a timedelta).
+
+    The task goes back to the queue due then, with this attempt given back
+    (it does not count against max_attempts) and no error recorded; see
+    TaskContext.snooze. A bad delay raises ValueError here, where the handler
+    made the mistake, and the task then fails like any handler exception.
+    """
+
+    def __init__(self, delay: Any) -> None:
+        self.delay_ms = snooze_delay_ms(delay)
+        self.delay = delay
+        super().__init__(f"Snoozed for {self.delay_ms} ms.")
 
 
 def error_envelope(

@@ -153,5 +153,6 @@ from .schedules.models import ScheduleState  # noqa: E402,F401
 from .observability.models import WorkerRecord  # noqa: E402,F401
 
 # isort: split
-# The queue pause flags belong to flow control; importing them here is how Django finds them.
-from .flow.models import QueueState  # noqa: E402,F401
+# Flow control's own tables (queue pause flags, snooze counts); importing them
+# here is how Django finds them.
+from .flow.models import QueueState, TaskFlow  # noqa: E402,F401

@@ -8,6 +8,12 @@ task_retrying also carry `error` (the JSON error envelope); task_retrying
 carries `delay_ms` (its backoff). Receivers run on the worker's threads; an
 exception in a receiver is logged and never affects the task.
 
+task_snoozed is sent (with `task` as written: queued, its attempt given back,
+`duration`, and `delay_ms`) when the handler snoozed the task (ctx.snooze() or
+raising Snooze). A snooze is not a failure, so neither task_failed nor
+task_retrying is sent for it; a snooze that met a pending cancel sends
+task_canceled.
+
 task_lease_lost is sent (with `task` as claimed and `duration`) when an attempt
 ends without writing its outcome because the lease was gone: another worker
 recovered the task or it was finished elsewhere. heartbeat_late is sent with
@@ -38,6 +44,7 @@ task_started = Signal()
 task_succeeded = Signal()
 task_failed = Signal()
 task_retrying = Signal()
+task_snoozed = Signal()
 task_canceled = Signal()
 task_lease_lost = Signal()
 heartbeat_late = Signal()

@@ -30,7 +30,9 @@ instead (for names a worker in another language runs).
 Retries are off unless `retries=True`: a failing task then fails for good at
 once. With retries on, a retryable failure is run again at once (no backoff)
 until its attempts are used up. Handler exceptions are caught and recorded in
-`Ran.exception`; `raise_exceptions=True` re-raises the first one instead.
+`Ran.exception`; `raise_exceptions=True` re-raises the first one instead
+(never a Snooze). A snoozed task is queued again for later, as in production:
+`drain()` runs it again only once its delay has passed.
 
 pytest users get the fixtures `cairnq_tasks` (drain) and `cairnq_tasks_inline`
 with `pytest_plugins = ["cairnq_django.testing"]` in their conftest.py.
@@ -49,7 +51,7 @@ from asgiref.sync import async_to_sync
 from django.db import connections, transaction
 
 from . import signals
-from .errors import CairnQError, LostLease, SerializationError
+from .errors import CairnQError, LostLease, SerializationError, Snooze
 from .ids import ulid
 from .records import TaskRecord
 from .store import get_store
@@ -174,7 +176,8 @@ class TaskRunner:
             raise_exceptions = self.raise_exceptions
         if raise_exceptions:
             for attempt in ran:
-                if attempt.exception is not None:
+                # A Snooze is the handler's answer, not a failure to report.
+                if attempt.exception is not None and not isinstance(attempt.exception, Snooze):
                     raise attempt.exception
 
     # ------------------------------------------------------------ one attempt
@@ -198,7 +201,9 @@ class TaskRunner:
         # task rather than ending the test run.
         except BaseException as exc:
             exception = exc
-            if not isinstance(exc, LostLease) and not ctx.settled and not ctx.lost_lease:
+            if isinstance(exc, Snooze):
+                ctx.snooze_unsettled(exc.delay_ms)
+            elif not isinstance(exc, LostLease) and not ctx.settled and not ctx.lost_lease:
                 envelope, retryable = as_envelope(exc, True)
                 ctx.fail(envelope, retryable=retryable)
         else:
@@ -222,6 +227,10 @@ class TaskRunner:
             self._send(signals.task_succeeded, task=row, duration=duration)
         elif row.status == "canceled":
             self._send(signals.task_canceled, task=row, duration=duration)
+        elif row.status == "queued" and ctx.snoozed_ms is not None:
+            self._send(
+                signals.task_snoozed, task=row, duration=duration, delay_ms=ctx.snoozed_ms
+            )
         elif row.status == "queued":
             self._send(
                 signals.task_retrying, task=row, duration=duration, error=row.error,

@@ -13,6 +13,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
+from .delays import MAX_DELAY_MS
 from .jsoncodec import check_text
 from .records import CONFLICTS
 
@@ -28,9 +29,6 @@ MAX_QUEUE_LENGTH = 255
 MAX_KEY_LENGTH = 512
 MAX_CORRELATION_ID_LENGTH = 255
 
-# A run time must stay an exact integer for every peer, JavaScript's Number
-# included (2**53); 2**52 ms from now is about 140,000 years.
-MAX_DELAY_MS = 2**52
 
 
 def is_integer(value: Any, *, minimum: int = 1) -> bool:

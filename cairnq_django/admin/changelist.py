@@ -14,6 +14,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.functional import cached_property
 
+from ..flow.snoozes import snoozes_of
 from ..models import Task, TaskKey
 from ..store.admin_reads import estimated_task_count
 from ..store.django_private import is_filtered, is_sliced
@@ -47,7 +48,7 @@ class BoundedCountPaginator(Paginator):
 
 
 class TaskChangeList(ChangeList):
-    """Sort only by sortable columns; attach each listed task's keys with one query per page."""
+    """Sort only by sortable columns; attach each listed task's keys and snooze count per page."""
 
     MAX_ORDER_TERMS = 4
 
@@ -90,3 +91,6 @@ class TaskChangeList(ChangeList):
                 by_task.setdefault(task_id, []).append(key)
         for task in tasks:
             task.cq_keys = sorted(by_task.get(task.pk, []))  # type: ignore[attr-defined]
+        snoozes = snoozes_of(self.queryset.db, [task.pk for task in tasks])
+        for task in tasks:
+            task.cq_snoozes = snoozes.get(task.pk, 0)  # type: ignore[attr-defined]

@@ -84,6 +84,7 @@ class TaskAdmin(TaskPageAdmin):
         "keys_list",
         "priority",
         "attempts",
+        "snooze_count",
         "worker_link",
         "progress_bar",
         "message_text",
@@ -107,7 +108,7 @@ class TaskAdmin(TaskPageAdmin):
     fieldsets = (
         (None, {"fields": (
             "id", "name", "queue", "status_badge", "keys_list", "priority", "attempts",
-            "worker_link", "progress_bar", "message_text",
+            "snooze_count", "worker_link", "progress_bar", "message_text",
         )}),
         (_("Times"), {"fields": (
             "created_at", "run_at", "updated", "lease_until", "cancel_requested_at", "completed",
@@ -213,7 +214,10 @@ class TaskAdmin(TaskPageAdmin):
 
     @admin.display(description=_("attempt"))
     def attempts(self, task: Task) -> str:
-        return attempt_label(task.attempt, task.max_attempts)
+        label = attempt_label(task.attempt, task.max_attempts)
+        # The change list attaches the page's snooze counts (changelist.py).
+        snoozes = getattr(task, "cq_snoozes", 0)
+        return f"{label} ({snoozes} snoozed)" if snoozes else label
 
     @admin.display(description=_("progress"))
     def progress_bar(self, task: Task) -> str:

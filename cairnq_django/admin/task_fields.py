@@ -21,6 +21,7 @@ from django.utils.translation import gettext_lazy as _
 from .. import compat, jsoncodec
 from ..db.dialects import RAW_TEXT_COLUMNS
 from ..db.expressions import RawText
+from ..flow.snoozes import snoozes_of
 from ..models import Task, TaskKey
 from .display import decode_raw, error_block, format_time, json_block
 from .guarded import acceptable_id
@@ -113,6 +114,10 @@ class TaskPageAdmin(TaskAdminBase):
         return list(
             TaskKey.objects.using(self.using).filter(task_id=task.pk).values_list("key", flat=True)
         )
+
+    @admin.display(description=_("snoozes"))
+    def snooze_count(self, task: Task) -> str:
+        return str(snoozes_of(self.using, [task.pk]).get(task.pk, 0))
 
     @admin.display(description=_("created"))
     def created_at(self, task: Task) -> str:

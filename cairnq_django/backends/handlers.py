@@ -5,7 +5,10 @@
 row name (the module path, or its `cairnq_name`). The handler reads
 `{"args": [...], "kwargs": {...}}` from the payload, records the attempt on the
 row, sends the framework's `task_started`, and calls the function; the
-framework's `task_finished` follows the worker's own end-of-task signals.
+framework's `task_finished` follows the worker's own end-of-task signals. A
+function that raises cairnq_django.Snooze is snoozed, not failed (the
+framework's context has no snooze method; raising is the way), and no
+`task_finished` is sent for it, as for a retry.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ from functools import partial
 from typing import Any
 
 from .. import compat, signals
-from ..errors import LostLease, TaskError
+from ..errors import LostLease, Snooze, TaskError
 from .backend import CairnQBackend
 from .definitions import known_tasks, row_name
 from .discovery import import_task_modules
@@ -74,6 +77,8 @@ class TaskHandler:
                 value = self.task.call(compat.TaskContext(task_result=result), *args, **kwargs)
             else:
                 value = self.task.call(*args, **kwargs)
+        except Snooze:
+            raise  # not a failure: the worker snoozes the task
         except BaseException as exc:
             # SystemExit, KeyboardInterrupt and the like too: the framework's
             # backends record them as the task's error. The worker's own
@@ -134,6 +139,8 @@ class AsyncTaskHandler(TaskHandler):
                 value = await self.task.acall(*args, **kwargs)
         except asyncio.CancelledError:
             raise  # the worker gave up on the attempt (a timeout, shutdown) and settles it
+        except Snooze:
+            raise
         except BaseException as exc:
             await _on_db(ctx, self.failed, ctx, exc)
             raise

@@ -70,6 +70,14 @@ class CascadingForeignKey(models.ForeignKey):
         )
 
 
+class CascadingOneToOneField(CascadingForeignKey, models.OneToOneField):
+    """CascadingForeignKey for a table with at most one row per task (the app's own tables).
+
+    A peer that purges a task knows nothing of the app's tables; the
+    database-level cascade is what keeps them free of orphans.
+    """
+
+
 class ProtocolIndex(models.Index):
     """An index under its protocol name, which may exceed Django's portable 30 characters.
 

@@ -122,6 +122,26 @@ def fail() -> dict[str, Any]:
     }
 
 
+def snooze() -> dict[str, Any]:
+    """running -> queued after delay_ms with the attempt given back, or canceled if requested.
+
+    Unlike a retryable fail it writes no error (the row keeps the one it had)
+    and undoes the claim's attempt += 1, so max_attempts counts real failures.
+    """
+    requeue = ~_CANCEL_PENDING
+    return {
+        "status": _if(requeue, _text("queued"), _text("canceled")),
+        "attempt": _if(requeue & Q(attempt__gt=0), F("attempt") - 1, F("attempt")),
+        "worker_id": _if(requeue, Value(None), F("worker_id")),
+        "lease_until_ms": Value(None),
+        "run_at_ms": _if(requeue, now_plus(int_param("delay_ms")), F("run_at_ms")),
+        "completed_at_ms": _if(requeue, Value(None), NowMs()),
+        "progress": _if(requeue, Value(None), F("progress")),
+        "message": _if(requeue, Value(None), F("message")),
+        "updated_at_ms": NowMs(),
+    }
+
+
 def cancel() -> dict[str, Any]:
     """queued -> canceled; running -> cancel requested (the worker settles it)."""
     return {

@@ -101,6 +101,11 @@ RETRIES = Counter(
     "cairnq_worker_task_retries", "Attempts that failed and were queued again.", _LABELS,
     registry=None,
 )
+SNOOZES = Counter(
+    "cairnq_worker_task_snoozes",
+    "Attempts the handler snoozed (queued again later, not counted as a failure).", _LABELS,
+    registry=None,
+)
 LEASE_LOSSES = Counter(
     "cairnq_worker_lease_losses",
     "Attempts that ended without writing because their lease was gone.", _LABELS, registry=None,
@@ -114,7 +119,7 @@ DURATION = Histogram(
     _LABELS, registry=None,
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600),
 )
-WORKER_METRICS = (STARTED, FINISHED, RETRIES, LEASE_LOSSES, LATE_HEARTBEATS, DURATION)
+WORKER_METRICS = (STARTED, FINISHED, RETRIES, SNOOZES, LEASE_LOSSES, LATE_HEARTBEATS, DURATION)
 
 
 def _labels(task: Any) -> tuple[str, str]:
@@ -136,6 +141,11 @@ def on_retrying(sender: type, task: TaskRecord, duration: float, **kwargs: Any) 
     RETRIES.labels(*_labels(task)).inc()
 
 
+def on_snoozed(sender: type, task: TaskRecord, duration: float, **kwargs: Any) -> None:
+    DURATION.labels(*_labels(task)).observe(duration)
+    SNOOZES.labels(*_labels(task)).inc()
+
+
 def on_lease_lost(sender: type, task: TaskRecord, duration: float, **kwargs: Any) -> None:
     DURATION.labels(*_labels(task)).observe(duration)
     LEASE_LOSSES.labels(*_labels(task)).inc()
@@ -151,6 +161,7 @@ _RECEIVERS = (
     (signals.task_failed, on_finished),
     (signals.task_canceled, on_finished),
     (signals.task_retrying, on_retrying),
+    (signals.task_snoozed, on_snoozed),
     (signals.task_lease_lost, on_lease_lost),
     (signals.heartbeat_late, on_heartbeat_late),
 )

@@ -169,9 +169,9 @@ def _keep(spans: dict, key: Any, span: Any) -> None:
         evicted.end()
 
 
-def _end_attempt(task: Any, outcome: str, error: Any = None) -> None:
+def _end_attempt(task: Any, outcome: str, error: Any = None, attempt: int | None = None) -> None:
     with _lock:
-        span = _attempt_spans.pop((task.id, task.attempt), None)
+        span = _attempt_spans.pop((task.id, task.attempt if attempt is None else attempt), None)
     if span is None:
         return
     span.set_attribute("cairnq.task.outcome", outcome)
@@ -195,6 +195,12 @@ def on_retrying(sender: type, task: TaskRecord, error: Any = None, **kwargs: Any
     _end_attempt(task, "retrying", error)
 
 
+def on_snoozed(sender: type, task: TaskRecord, **kwargs: Any) -> None:
+    # The snooze gave the claimed attempt back, so the row reads one less
+    # than the attempt whose span is open.
+    _end_attempt(task, "snoozed", attempt=task.attempt + 1)
+
+
 def on_canceled(sender: type, task: TaskRecord, **kwargs: Any) -> None:
     _end_attempt(task, "canceled")
 
@@ -210,6 +216,7 @@ _RECEIVERS = (
     (signals.task_succeeded, on_succeeded),
     (signals.task_failed, on_failed),
     (signals.task_retrying, on_retrying),
+    (signals.task_snoozed, on_snoozed),
     (signals.task_canceled, on_canceled),
     (signals.task_lease_lost, on_lease_lost),
 )

@@ -93,6 +93,7 @@ class Store:
     complete = _Forward("leases", LeaseOperations.complete)
     complete_encoded_many = _Forward("leases", LeaseOperations.complete_encoded_many)
     fail = _Forward("leases", LeaseOperations.fail)
+    snooze = _Forward("leases", LeaseOperations.snooze)
 
 
 _stores: dict[str, Store] = {}

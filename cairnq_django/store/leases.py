@@ -12,12 +12,14 @@ from contextlib import nullcontext
 from typing import Any
 
 from django.db import connections
+from django.db.models import F
 
 from ..drained import DRAINED_CHANNEL
 from ..errors import LostLease, error_envelope
 from ..jsoncodec import check_text, dumps
+from ..models import TaskFlow
 from ..records import DEFAULT_LEASE_MS, TaskRecord
-from ..validators import check_integer
+from ..validators import MAX_DELAY_MS, check_integer
 from . import sql
 from .django_private import is_client_binding
 from .encoding import LEASE_EXPIRED, encode_result, error_json, record
@@ -33,6 +35,7 @@ from .protocol_statements import (
     RECOVER,
     RENEW,
     RENEW_MANY,
+    SNOOZE,
     SUCCEED,
     claim_shape,
     draw_values,
@@ -295,3 +298,23 @@ class LeaseOperations:
             FAIL, task_id, worker_id,
             {"error": error_json(error, retryable), "retryable": bool(retryable), "delay_ms": delay_ms},
         )
+
+    def snooze(self, task_id: str, worker_id: str, delay_ms: int) -> TaskRecord:
+        """Requeue a run due in delay_ms, giving its attempt back; canceled if a cancel is pending.
+
+        Ownership-checked as complete and fail are. No error is written. The
+        task's snooze count (flow.models.TaskFlow) goes up in the same
+        transaction; a snooze that ended in a cancel is not counted.
+        """
+        check_integer("delay_ms", delay_ms)
+        if delay_ms > MAX_DELAY_MS:
+            raise ValueError(f"delay_ms must be at most {MAX_DELAY_MS}, got {delay_ms!r}.")
+        with self.executor.atomic():
+            task = self._owned(SNOOZE, task_id, worker_id, {"delay_ms": delay_ms})
+            if task.status == "queued":
+                # The task row is locked (or, on SQLite, the database) until
+                # commit, so no other write can race the first row's insert.
+                flow = TaskFlow.objects.using(self.executor.using)
+                if not flow.filter(task_id=task_id).update(snoozes=F("snoozes") + 1):
+                    flow.create(task_id=task_id, snoozes=1)
+        return task

@@ -20,6 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from datetime import timedelta
 from functools import partial
 from typing import Any
 
@@ -30,6 +31,7 @@ from django.utils import timezone
 
 from .. import signals, validators
 from ..backpressure import wait_for_headroom
+from ..delays import snooze_delay_ms
 from ..errors import LostLease, SerializationError
 from ..records import TaskRecord
 from ..store import Store
@@ -89,6 +91,8 @@ class TaskContext:
         self.final: TaskRecord | None = None
         #: (envelope, retryable, delay_ms) of the fail that settled it, if any.
         self.failure: tuple[dict[str, Any], bool, int] | None = None
+        #: The delay (ms) of the snooze that settled it, if one did.
+        self.snoozed_ms: int | None = None
         #: Set once the worker logged this attempt's end and sent its signal.
         self.ended = False
 
@@ -306,6 +310,30 @@ class TaskContext:
         self._settle(row)
         return row
 
+    def snooze(self, delay: float | timedelta) -> TaskRecord | None:
+        """Put the task back in the queue for `delay` seconds (or a timedelta): "not now".
+
+        Not a failure: the attempt is given back (snoozes never use up
+        max_attempts) and no error is recorded; the task's snooze count goes
+        up. Canceled instead if a cancel is pending. A delay that is not a
+        positive, finite number of seconds raises ValueError before any
+        write. Settling twice is a no-op that returns None. Raising
+        `Snooze(delay)` from the handler does the same.
+        """
+        delay_ms = snooze_delay_ms(delay)
+        with self._lock:
+            if self.settled:
+                return None
+            return self._snooze_owned(delay_ms)
+
+    def _snooze_owned(self, delay_ms: int) -> TaskRecord:
+        row = self._owned_settle(
+            lambda: self._store.snooze(self.task_id, self._worker_id, delay_ms)
+        )
+        self.snoozed_ms = delay_ms
+        self._settle(row)
+        return row
+
     def retry_delay_ms(self) -> int:
         base, cap = self._backoff
         return retry_delay_ms(self.attempt, base_ms=base, cap_ms=cap)
@@ -343,6 +371,13 @@ class TaskContext:
             if self.settled or self.lost_lease:
                 return None
             return self._once_more(lambda: self._fail_owned(envelope, retryable))
+
+    def snooze_unsettled(self, delay_ms: int) -> TaskRecord | None:
+        """Snooze the task for delay_ms (the handler raised Snooze)."""
+        with self._lock:
+            if self.settled or self.lost_lease:
+                return None
+            return self._once_more(lambda: self._snooze_owned(delay_ms))
 
     def abandon(self, envelope: dict[str, Any], *, delay_ms: int | None) -> TaskRecord | None:
         """Take the task from its handler: flag the lease lost, then fail it retryably.
@@ -490,6 +525,9 @@ class TaskContext:
         self, error: Any = "The task failed.", *, retryable: bool = True
     ) -> TaskRecord | None:
         return await self._run_db(partial(self.fail, error, retryable=retryable))
+
+    async def asnooze(self, delay: float | timedelta) -> TaskRecord | None:
+        return await self._run_db(partial(self.snooze, delay))
 
     async def asubmit(self, name: str, payload: Any = None, **options: Any) -> TaskRecord:
         return await self._run_db(partial(self.submit, name, payload, **options))

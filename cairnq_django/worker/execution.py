@@ -4,9 +4,10 @@ A call is one invocation of a handler: one task, or a list of tasks for a
 name registered with `batch=`. When the call ends, every task it did not settle
 itself is settled by how it ended: a return completes them (a batch may return
 {task_id: result}), a raise fails them (a TaskError as it says, anything else
-retryably with backoff). A call the worker gives up on (it ran past max-run, or
-the worker is shutting down) is abandoned: its contexts are flagged lease-lost
-first, so the handler can no longer write, then its tasks fail retryably.
+retryably with backoff) except a Snooze, which snoozes them. A call the worker
+gives up on (it ran past max-run, or the worker is shutting down) is
+abandoned: its contexts are flagged lease-lost first, so the handler can no
+longer write, then its tasks fail retryably.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Any
 from django.db import close_old_connections
 
 from .. import signals
-from ..errors import LostLease
+from ..errors import LostLease, Snooze
 from ..pooling import release_all
 from ..records import TaskRecord, attempt_label
 from ..store import Store
@@ -162,8 +163,11 @@ class Execution:
         self.ended(call)
 
     def finish_raised(self, call: Call, exc: BaseException) -> None:
-        """Fail every task the call left unsettled, as the exception says."""
-        if not isinstance(exc, LostLease):
+        """Fail every task the call left unsettled, as the exception says (Snooze snoozes them)."""
+        if isinstance(exc, Snooze):
+            for ctx in call.contexts:
+                self._guarded(ctx, partial(ctx.snooze_unsettled, exc.delay_ms))
+        elif not isinstance(exc, LostLease):
             envelope, retryable = as_envelope(exc, True)
             for ctx in call.contexts:
                 self._guarded(ctx, partial(self._fail, ctx, envelope, retryable))
@@ -234,6 +238,9 @@ class Execution:
         elif row.status == "canceled":
             logger.info("%s canceled in %.3fs.", where, duration)
             self.send(signals.task_canceled, task=row, duration=duration)
+        elif row.status == "queued" and ctx.snoozed_ms is not None:
+            logger.info("%s snoozed for %d ms after %.3fs.", where, ctx.snoozed_ms, duration)
+            self.send(signals.task_snoozed, task=row, duration=duration, delay_ms=ctx.snoozed_ms)
         elif row.status == "queued":
             delay = ctx.failure[2] if ctx.failure else 0
             logger.info(

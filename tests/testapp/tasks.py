@@ -6,7 +6,7 @@ import time
 
 from django.db import connections
 
-from cairnq_django import TaskError, task
+from cairnq_django import Snooze, TaskError, task
 
 RUNS_TABLE = "worker_test_runs"
 
@@ -18,6 +18,12 @@ def record_run(ctx, note: str = "") -> None:
             f"INSERT INTO {RUNS_TABLE} (task_id, worker_id, attempt, note) VALUES (%s, %s, %s, %s)",
             [ctx.task_id, ctx.worker_id, ctx.attempt, note],
         )
+
+
+def runs_of(ctx) -> int:
+    with connections["default"].cursor() as cursor:
+        cursor.execute(f"SELECT count(*) FROM {RUNS_TABLE} WHERE task_id = %s", [ctx.task_id])
+        return int(cursor.fetchone()[0])
 
 
 @task("tests.echo")
@@ -184,3 +190,36 @@ def stamp(ctx, payload):
         os.close(fd)
     time.sleep((payload or {}).get("hold_s", 0))
     return None
+@task("tests.snooze")
+def snooze(ctx, payload):
+    """Snooze `times` times (by ctx.snooze or by raising Snooze, as `how` says), then succeed."""
+    record_run(ctx, "snooze")
+    if runs_of(ctx) <= payload["times"]:
+        if payload.get("how") == "raise":
+            raise Snooze(payload["delay"])
+        ctx.snooze(payload["delay"])
+        return {"ignored": "the snooze settled the task"}
+    return {"attempt": ctx.attempt, "runs": runs_of(ctx)}
+
+
+@task("tests.async_snooze")
+async def async_snooze(ctx, payload):
+    from asgiref.sync import sync_to_async
+
+    await sync_to_async(record_run)(ctx, "snooze")
+    if await sync_to_async(runs_of)(ctx) <= payload["times"]:
+        if payload.get("how") == "raise":
+            raise Snooze(payload["delay"])
+        await ctx.asnooze(payload["delay"])
+        return None
+    return {"attempt": ctx.attempt, "async": True}
+
+
+@task("tests.snooze_batch", batch=4)
+def snooze_batch(ctxs):
+    """Snooze each context whose payload asks, the first time it runs; complete the rest."""
+    for ctx in ctxs:
+        record_run(ctx, "snooze")
+        if ctx.payload.get("snooze") and runs_of(ctx) == 1:
+            ctx.snooze(ctx.payload["delay"])
+    return {ctx.task_id: {"runs": runs_of(ctx)} for ctx in ctxs}
