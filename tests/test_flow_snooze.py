@@ -364,8 +364,8 @@ def test_a_bad_delay_fails_the_attempt_as_a_handler_error(live_store):
 
 @pytest.mark.skipif(not compat.AVAILABLE, reason="no Tasks framework installed")
 def test_a_framework_task_snoozes_by_raising(live_store, received):
-    from cairnq_django.backends.tasks import known_tasks
-    from cairnq_django.backends.worker import TaskHandler
+    from cairnq_django.backends.definitions import known_tasks
+    from cairnq_django.backends.handlers import TaskHandler
 
     framework_task = compat.task(_framework_snoozer)
     name = framework_task.module_path

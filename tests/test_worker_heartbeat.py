@@ -216,8 +216,12 @@ def test_a_late_heartbeat_reaches_on_error_as_heartbeat_late(live_store, caplog)
     reg.register("hb.gil_hog", lambda ctx, payload: sum(range(payload["n"])))
     errors = []
     task = enqueue("hb.gil_hog", {"n": n}, max_attempts=1)
+    # The lease expires during the hog. With a short poll the claim loop's next
+    # claim could recover the expired task before the late beat looks at what
+    # is in flight, leaving it nothing at risk to report; a long poll keeps the
+    # loop asleep until the call ends (burst mode wakes on that).
     worker = Worker(
-        registry=reg, burst=True, lease_ms=600, poll_ms=50,
+        registry=reg, burst=True, lease_ms=600, poll_ms=10_000,
         on_error=lambda exc, context: errors.append((exc, context)),
     )
     with caplog.at_level(logging.WARNING, logger="cairnq_django.worker"):
