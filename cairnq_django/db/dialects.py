@@ -76,9 +76,6 @@ class Dialect:
     # The peers' own migration ledger (cairnq_migrations) at schema 10.
     peer_migrations: tuple[str, ...]
 
-    def reads_raw(self, column: str) -> bool:
-        return self.fails_on_bad_text and column in RAW_TEXT_COLUMNS
-
 
 SQLITE = Dialect(
     vendor="sqlite",
