@@ -13,7 +13,13 @@ from django.db import models
 from django.db.models import Q, Value
 from django.utils.translation import gettext_lazy as _
 
-from .db.fields import CascadingForeignKey, EpochMillisField, ProtocolIndex, ProtocolTextField
+from .db.fields import (
+    CascadingForeignKey,
+    CascadingOneToOneField,
+    EpochMillisField,
+    ProtocolIndex,
+    ProtocolTextField,
+)
 from .db.querysets import TaskQuerySet
 from .records import STATUSES, TERMINAL_STATUSES
 
@@ -144,6 +150,54 @@ class PeerMigration(models.Model):
         return self.name
 
 
+# Flow control's own tables (flow/): which queues are paused, how often a task
+# was snoozed. Like the workers and schedules tables they are the app's own
+# (ordinary migrations); other CairnQ implementations neither read nor write
+# them, so only Django workers honour a pause or count a snooze. They sit here,
+# not in flow/, because flow/ works through the store, which reads them.
+
+
+class QueueState(models.Model):
+    queue = models.TextField(primary_key=True)
+    paused = models.BooleanField(default=False)
+    # When the flag last changed, in epoch ms from the queue's clock (the
+    # database's on PostgreSQL), and who changed it (free text: a user name,
+    # "manage.py cairnq_queue", or whatever the caller of pause_queue said).
+    changed_at_ms = models.BigIntegerField()
+    changed_by = models.TextField(blank=True, default="")
+
+    class Meta:
+        db_table = "cairnq_django_queue_state"
+        ordering = ["queue"]
+        verbose_name = _("queue state")
+        verbose_name_plural = _("queue states")
+        permissions = [("pause_queue", _("Can pause and resume queues"))]
+
+    def __str__(self) -> str:
+        return self.queue
+
+
+class TaskFlow(models.Model):
+    """How often a task was snoozed; a row from its first snooze on.
+
+    The protocol's tables are fixed, so the count lives here. The database
+    cascades a task's delete to this row, whoever purges the task.
+    """
+
+    task = CascadingOneToOneField(
+        "cairnq_django.Task", primary_key=True, on_delete=models.DO_NOTHING, related_name="flow"
+    )
+    snoozes = models.IntegerField(default=0)
+
+    class Meta:
+        db_table = "cairnq_django_task_flow"
+        verbose_name = _("task flow")
+        verbose_name_plural = _("task flow")
+
+    def __str__(self) -> str:
+        return f"{self.task_id}: {self.snoozes} snoozes"
+
+
 # The schedules' state table lives with the scheduler; importing it here is how
 # Django finds it.
 from .schedules.models import ScheduleState  # noqa: E402,F401
@@ -152,7 +206,3 @@ from .schedules.models import ScheduleState  # noqa: E402,F401
 # The workers table belongs to observability; importing it here is how Django finds it.
 from .observability.models import WorkerRecord  # noqa: E402,F401
 
-# isort: split
-# Flow control's own tables (queue pause flags, snooze counts); importing them
-# here is how Django finds them.
-from .flow.models import QueueState, TaskFlow  # noqa: E402,F401

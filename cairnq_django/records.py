@@ -10,6 +10,11 @@ from . import jsoncodec
 # What a peer reads from cairnq_meta before it uses the tables.
 PROTOCOL_VERSION = 1
 SCHEMA_VERSION = 10
+# The protocol's notification channels (PostgreSQL): its trigger notifies
+# QUEUED_CHANNEL with the queue's name on every enqueue, DONE_CHANNEL with the
+# task's id when it finishes.
+QUEUED_CHANNEL = "cairnq_queued"
+DONE_CHANNEL = "cairnq_done"
 
 STATUSES = ("queued", "running", "succeeded", "failed", "canceled")
 TERMINAL_STATUSES = ("succeeded", "failed", "canceled")

@@ -18,7 +18,7 @@ import pytest
 from django.db import connections
 
 from cairnq_django import LostLease, Snooze, cancel, compat, enqueue, get, list_tasks, signals
-from cairnq_django.flow.models import TaskFlow
+from cairnq_django.models import TaskFlow
 from cairnq_django.retention import RetentionSweeper
 from cairnq_django.testing import run_tasks
 from cairnq_django.worker import Registry, TaskContext, Worker

@@ -12,7 +12,7 @@ from django.core.management.base import CommandError
 from django.db import connection
 
 from cairnq_django import enqueue, pause_queue, paused_queues, resume_queue
-from cairnq_django.flow.models import QueueState
+from cairnq_django.models import QueueState
 from tests.test_query_plans import explain_each, recorded, uses_index
 from tests.test_schedule_admin import messages_of, staff
 

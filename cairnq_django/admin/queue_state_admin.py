@@ -19,8 +19,8 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from ..conf import cairnq_settings
-from ..flow.models import QueueState
 from ..flow.pausing import pause_queue, resume_queue
+from ..models import QueueState
 from .display import compact_time
 from .guarded import GuardedAdmin, refuse_nul
 

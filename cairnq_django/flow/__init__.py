@@ -1,6 +1,6 @@
 """Flow control across the fleet: what holds a task back beyond the protocol's own run_at.
 
-models.py holds the state (the app's own tables, not the protocol's): the
+The state lives in models.py (the app's own tables, not the protocol's): the
 queue pause flags and each task's snooze count. pausing.py pauses and resumes
 queues (admin/queue_state_admin.py has the dashboard's buttons; the claim
 honours the flags in store/protocol_statements.py, `_claimable`); snoozes.py

@@ -22,20 +22,16 @@ watches.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from django.db import IntegrityError, connections, transaction
 from django.db.models import QuerySet
 
-from ..store import get_store
+from ..models import QueueState
+from ..records import QUEUED_CHANNEL
+from ..store import get_store, sql
 from ..validators import MAX_QUEUE_LENGTH, check_label
 
-if TYPE_CHECKING:
-    from .models import QueueState
-
-# The protocol's channel (its trigger notifies it on every enqueue). Spelled
-# here, not imported from wakeup.postgres, so a SQLite process loads no psycopg.
-QUEUED_CHANNEL = "cairnq_queued"
 # Claims hold their transaction for milliseconds; anything open longer than
 # this is some other writer (an enqueue inside a long atomic()), not a claim.
 WRITERS_WAIT_S = 5.0
@@ -51,10 +47,6 @@ def _check(queue: Any, by: Any) -> None:
 
 
 def _states(using: str) -> QuerySet[QueueState]:
-    # Imported on first use: the package's __init__ exports pause_queue before
-    # Django's app registry is ready to define models.
-    from .models import QueueState
-
     return QueueState.objects.using(using)
 
 
@@ -77,7 +69,7 @@ def _set_paused(using: str, queue: str, paused: bool, by: str) -> bool:
                 changed = 0
         if changed and not paused and store.dialect.has_listen_notify:
             with connections[store.using].cursor() as cursor:
-                cursor.execute("SELECT pg_notify(%s, %s)", [QUEUED_CHANNEL, queue])
+                cursor.execute(sql.NOTIFY, [QUEUED_CHANNEL, queue])
     return bool(changed)
 
 
@@ -96,11 +88,7 @@ def _wait_for_open_writers(using: str, timeout_s: float = WRITERS_WAIT_S) -> Non
     # pause has not committed yet, so there is nothing to wait for.
     if not get_store(using).dialect.has_row_locks or connection.in_atomic_block:
         return
-    held = (
-        "SELECT DISTINCT virtualtransaction FROM pg_locks"
-        " WHERE relation = 'cairnq_tasks'::regclass AND mode = 'RowExclusiveLock'"
-        " AND granted AND pid <> pg_backend_pid()"
-    )
+    held = sql.OPEN_TASK_WRITERS
     with connection.cursor() as cursor:
         cursor.execute(held)
         waiting = {row[0] for row in cursor.fetchall()}

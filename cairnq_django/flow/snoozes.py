@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from .models import TaskFlow
+from ..models import TaskFlow
 
 
 def snoozes_of(using: str, task_ids: Sequence[str]) -> dict[str, int]:

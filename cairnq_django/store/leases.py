@@ -303,7 +303,7 @@ class LeaseOperations:
         """Requeue a run due in delay_ms, giving its attempt back; canceled if a cancel is pending.
 
         Ownership-checked as complete and fail are. No error is written. The
-        task's snooze count (flow.models.TaskFlow) goes up in the same
+        task's snooze count (models.TaskFlow) goes up in the same
         transaction; a snooze that ended in a cancel is not counted.
         """
         check_integer("delay_ms", delay_ms)

@@ -86,7 +86,16 @@ QUERY_ONLY = "PRAGMA query_only = 1"
 DATA_VERSION = "PRAGMA data_version"
 
 # The PostgreSQL wakeup's LISTEN on its own psycopg connection, and the NOTIFY
-# its delivery probe sends. Django has no LISTEN/NOTIFY. {channel} is one of
-# the wakeup's constant channel names.
+# its delivery probe (and a queue's resume, flow/pausing.py) sends. Django has
+# no LISTEN/NOTIFY. {channel} is one of the wakeup's constant channel names.
 LISTEN = "LISTEN {channel}"
 NOTIFY = "SELECT pg_notify(%s, %s)"
+
+# The transactions writing cairnq_tasks right now (PostgreSQL), other than
+# this session's: a queue's pause waits for them to end (flow/pausing.py). The
+# lock catalog has no ORM form.
+OPEN_TASK_WRITERS = (
+    "SELECT DISTINCT virtualtransaction FROM pg_locks"
+    " WHERE relation = 'cairnq_tasks'::regclass AND mode = 'RowExclusiveLock'"
+    " AND granted AND pid <> pg_backend_pid()"
+)

@@ -22,14 +22,13 @@ from django.db import connections
 
 from ..conf import cairnq_settings
 from ..drained import DRAINED_CHANNEL
+from ..records import DONE_CHANNEL, QUEUED_CHANNEL
 from ..store import sql
 from .base import RECONNECT_INITIAL_S, RECONNECT_MAX_S, Waits
 from .probe import PROBE_CHANNEL, DeliveryProbe, describe
 
 logger = logging.getLogger("cairnq_django.wakeup")
 
-QUEUED_CHANNEL = "cairnq_queued"
-DONE_CHANNEL = "cairnq_done"
 
 # How often the listener leaves notifies() to check for close().
 LISTEN_SLICE_S = 0.25
