@@ -100,6 +100,19 @@ def complete(result: Any = None) -> dict[str, Any]:
     }
 
 
+def _leave_running(requeue: Q) -> dict[str, Any]:
+    """What a fail and a snooze both write: back to the queue after delay_ms, or settled now."""
+    return {
+        "worker_id": _if(requeue, Value(None), F("worker_id")),
+        "lease_until_ms": Value(None),
+        "run_at_ms": _if(requeue, now_plus(int_param("delay_ms")), F("run_at_ms")),
+        "completed_at_ms": _if(requeue, Value(None), NowMs()),
+        "progress": _if(requeue, Value(None), F("progress")),
+        "message": _if(requeue, Value(None), F("message")),
+        "updated_at_ms": NowMs(),
+    }
+
+
 def fail() -> dict[str, Any]:
     """running -> queued (retryable, attempts left, after delay_ms), failed, or canceled if requested."""
     retryable = bool_param("retryable")
@@ -112,13 +125,7 @@ def fail() -> dict[str, Any]:
             default=_text("failed"),
         ),
         "error": JsonParam("error"),
-        "worker_id": _if(requeue, Value(None), F("worker_id")),
-        "lease_until_ms": Value(None),
-        "run_at_ms": _if(requeue, now_plus(int_param("delay_ms")), F("run_at_ms")),
-        "completed_at_ms": _if(requeue, Value(None), NowMs()),
-        "progress": _if(requeue, Value(None), F("progress")),
-        "message": _if(requeue, Value(None), F("message")),
-        "updated_at_ms": NowMs(),
+        **_leave_running(requeue),
     }
 
 
@@ -132,13 +139,7 @@ def snooze() -> dict[str, Any]:
     return {
         "status": _if(requeue, _text("queued"), _text("canceled")),
         "attempt": _if(requeue & Q(attempt__gt=0), F("attempt") - 1, F("attempt")),
-        "worker_id": _if(requeue, Value(None), F("worker_id")),
-        "lease_until_ms": Value(None),
-        "run_at_ms": _if(requeue, now_plus(int_param("delay_ms")), F("run_at_ms")),
-        "completed_at_ms": _if(requeue, Value(None), NowMs()),
-        "progress": _if(requeue, Value(None), F("progress")),
-        "message": _if(requeue, Value(None), F("message")),
-        "updated_at_ms": NowMs(),
+        **_leave_running(requeue),
     }
 
 
