@@ -17,7 +17,11 @@ a worker that never hears an announcement simply claims, as before.
 
 The payload is a digest of the sorted queues and handler names, so only
 workers with the same configuration stand down for each other: a worker
-that serves a name the announcer does not serve still claims.
+that serves a name the announcer does not serve still claims. After the
+digest comes the announcer's worker id: a worker defers only while it has
+heard another worker announce lately, so a worker alone on its queues (that
+"lost" a race only to its own earlier claim) never waits for an
+announcement nobody else will send.
 """
 
 from __future__ import annotations
@@ -34,3 +38,13 @@ def drained_key(queues: Iterable[str], names: Iterable[str]) -> str:
     text = json.dumps([sorted(set(queues)), sorted(set(names))], separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
+
+def announcement(key: str, worker_id: str) -> str:
+    """The payload a worker sends: the key its peers compare, then who sent it."""
+    return f"{key} {worker_id}"
+
+
+def parse_announcement(payload: str) -> tuple[str, str]:
+    """(key, sender) of a payload; the sender is "" where none was sent."""
+    key, _, sender = payload.partition(" ")
+    return key, sender

@@ -16,7 +16,7 @@ import pytest
 from django.db import connection, connections
 
 from cairnq_django import enqueue, get
-from cairnq_django.drained import drained_key
+from cairnq_django.drained import announcement, drained_key
 from cairnq_django.wakeup import PostgresWakeup, get_wakeup
 from cairnq_django.wakeup.postgres import postgres_params
 from cairnq_django.worker import Registry, Worker
@@ -231,3 +231,54 @@ def _recorded() -> bool:
     with connections["default"].cursor() as cursor:
         cursor.execute("SELECT count(*) FROM cairnq_django_workers")
         return cursor.fetchone()[0] > 0
+
+
+# ----------------------------------------------------------- a lone worker
+class _Announcements:
+    """A wakeup stand-in that says whether peers announced, and records waits for one."""
+
+    hears_drained = True
+
+    def __init__(self, peers: bool) -> None:
+        self.peers = peers
+        self.waits = 0
+
+    def peers_announced(self, key, worker_id, within_s):
+        return self.peers
+
+    def wait_for_drained(self, key, since, timeout_s):
+        self.waits += 1
+        return True
+
+
+@pytest.mark.parametrize("peers", [False, True])
+def test_a_worker_that_lost_races_waits_for_an_announcement_only_when_peers_announce(peers):
+    reg = Registry()
+    reg.register("herd.noop", lambda ctx, payload: None)
+    worker = Worker(registry=reg, concurrency=1, scheduler=False)
+    worker._pacing.woken_claim(started=0)  # it lost a race
+    worker._wakeup = _Announcements(peers)
+    # Alone, the race was lost to its own earlier claim: it claims at once.
+    assert worker._stand_down(0) is peers
+    assert worker._wakeup.waits == (1 if peers else 0)
+
+
+@only_postgres
+def test_the_listener_tells_a_worker_whether_another_worker_announced(live_store):
+    key = drained_key(["default"], ["t.a"])
+    listener = PostgresWakeup(postgres_params("default"))
+    try:
+        assert listener.ready(10)
+        seen = listener.drained_seen(key)
+        assert not listener.peers_announced(key, "w1", 60)
+        enqueue("t.a", {})
+        live_store.claim(queues=["default"], worker_id="w1", limit=1, names=["t.a"],
+                         announce=(announcement(key, "w1"), ["t.a"]))
+        assert listener.wait_for_drained(key, seen, 10)
+        # w1 heard only itself; any other worker has heard a peer.
+        assert not listener.peers_announced(key, "w1", 60)
+        assert listener.peers_announced(key, "w2", 60)
+        # An announcement older than the window is forgotten.
+        assert not listener.peers_announced(key, "w2", 0)
+    finally:
+        listener.close()

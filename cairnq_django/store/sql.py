@@ -27,7 +27,7 @@ COPY_TASKS = (
 SELECT_VALUE = "SELECT {expression}"
 
 # The claim transaction's last statement on PostgreSQL: tell the fleet that
-# nothing claimable is left for some names (wakeup/drained.py). {probe} is the
+# nothing claimable is left for some names (drained.py). {probe} is the
 # compiled HAS_CLAIMABLE statement, every value in it a bound parameter;
 # Django cannot select from a subquery that is not a model.
 DRAINED_NOTIFY = (

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from contextlib import suppress
@@ -21,7 +22,7 @@ from typing import Any
 from django.db import connections
 
 from ..conf import cairnq_settings
-from ..drained import DRAINED_CHANNEL
+from ..drained import DRAINED_CHANNEL, parse_announcement
 from ..records import DONE_CHANNEL, QUEUED_CHANNEL
 from ..store import sql
 from .base import RECONNECT_INITIAL_S, RECONNECT_MAX_S, Waits
@@ -114,6 +115,8 @@ class PostgresWakeup(Waits):
         # key -> "drained" announcements heard (drained.py); only keys
         # some waiter asked about, like _queued_seen.
         self._drained_seen: dict[str, int] = {}
+        # key -> {sender: when last heard (monotonic)}, for peers_announced.
+        self._drained_senders: dict[str, dict[str, float]] = {}
         self._drained_waiting = 0
         self.backend_pid: int | None = None
         self.connects = 0
@@ -194,9 +197,11 @@ class PostgresWakeup(Waits):
                     return
                 self._queued_seen[payload] += 1
             elif channel == DRAINED_CHANNEL:
-                if payload not in self._drained_seen:
+                key, sender = parse_announcement(payload)
+                if key not in self._drained_seen:
                     return
-                self._drained_seen[payload] += 1
+                self._drained_seen[key] += 1
+                self._drained_senders.setdefault(key, {})[sender] = time.monotonic()
                 if not self._drained_waiting:
                     return  # only a deferring worker needs waking for it
             elif channel == DONE_CHANNEL:
@@ -251,6 +256,16 @@ class PostgresWakeup(Waits):
         self._start()
         with self._cond:
             return self._drained_seen.setdefault(key, 0)
+
+    def peers_announced(self, key: str, worker_id: str, within_s: float) -> bool:
+        with self._cond:
+            self._drained_seen.setdefault(key, 0)  # count announcements from now on
+            senders = self._drained_senders.get(key, {})
+            horizon = time.monotonic() - within_s
+            for sender, heard in list(senders.items()):
+                if heard < horizon:
+                    del senders[sender]  # bounded by the live fleet, not its history
+            return any(sender != worker_id for sender in senders)
 
     def wait_for_drained(self, key: str, since: int, timeout_s: float) -> bool:
         with self._cond:

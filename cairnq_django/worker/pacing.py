@@ -6,10 +6,12 @@ Two decisions live here, apart from the claim loop that acts on them:
   notification. A worker whose last woken claim took something claims at
   once; one whose woken claim found nothing (another worker was faster)
   defers: it waits a short, jittered, growing moment for the winner's
-  "drained" announcement (drained.py) and claims only if none comes.
-  So one task costs about one claim however many workers sleep, and work that
-  outlasts one claim (no announcement: the winner filled its slots) still
-  reaches the deferring workers within the deferral.
+  "drained" announcement (drained.py) and claims only if none comes. It
+  defers only while it has lately heard another worker announce: alone, a
+  lost race was to its own earlier claim. So one task costs about one claim
+  however many workers sleep, and work that outlasts one claim (no
+  announcement: the winner filled its slots) still reaches the deferring
+  workers within the deferral.
 - How often an idle worker polls. With healthy wakeups a poll only catches
   what no notification announces (a delay or retry falling due, an expired
   lease), so it runs POLL_INTERVAL x HEALTHY_POLL_FACTOR apart, with jitter
@@ -25,6 +27,10 @@ import random
 DEFER_FIRST_S = 0.02
 DEFER_MAX_S = 0.16
 DEFER_JITTER = 1.0
+# A worker defers only if another worker announced within this long: peers
+# announce whenever a wake's work runs out, so a fleet keeps it fresh, and a
+# worker alone never waits for an announcement nobody will send.
+PEERS_HEARD_S = 60.0
 # With healthy wakeups a poll runs this many poll intervals apart, +-25 %.
 HEALTHY_POLL_FACTOR = 5
 POLL_JITTER = 0.25

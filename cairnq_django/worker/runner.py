@@ -27,7 +27,7 @@ from django.db import connections
 
 from .. import signals
 from ..conf import cairnq_settings
-from ..drained import drained_key
+from ..drained import announcement, drained_key
 from ..errors import HeartbeatLate, ProtocolVersionMismatch
 from ..ids import ulid
 from ..pooling import release
@@ -42,7 +42,7 @@ from .execution import Call, Execution
 from .heartbeat import Heartbeat
 from .inflight import InFlight
 from .options import WorkerOptions, WorkerOverrides
-from .pacing import WakePacing, idle_poll_s
+from .pacing import PEERS_HEARD_S, WakePacing, idle_poll_s
 from .planner import (
     Rotation,
     any_draw_filled,
@@ -392,7 +392,8 @@ class Worker:
         return self.store.claim(
             queues=self.queues, worker_id=self.worker_id, lease_ms=self.options.lease_ms,
             draws=[(list(d.source.names), d.limit) for d in draws],
-            announce=(self._drained_key, sorted(self.handlers)) if announce else None,
+            announce=(announcement(self._drained_key, self.worker_id), sorted(self.handlers))
+            if announce else None,
         )
 
     def _fail_unrun(self, task: TaskRecord, envelope: dict[str, Any]) -> None:
@@ -475,6 +476,10 @@ class Worker:
         """After a wake: whether a faster worker took all the work while this one deferred."""
         deferral = self._pacing.deferral_s()
         if deferral <= 0 or not self._wakeup.hears_drained:
+            return False
+        # Alone on these queues and names, a lost race was to this worker's own
+        # earlier claim (two enqueues, one claim): nobody would announce.
+        if not self._wakeup.peers_announced(self._drained_key, self.worker_id, PEERS_HEARD_S):
             return False
         return self._wakeup.wait_for_drained(self._drained_key, drained_before, deferral)
 
