@@ -18,10 +18,11 @@ a worker that never hears an announcement simply claims, as before.
 The payload is a digest of the sorted queues and handler names, so only
 workers with the same configuration stand down for each other: a worker
 that serves a name the announcer does not serve still claims. After the
-digest comes the announcer's worker id: a worker defers only while it has
-heard another worker announce lately, so a worker alone on its queues (that
-"lost" a race only to its own earlier claim) never waits for an
-announcement nobody else will send.
+digest comes the announcer's worker id: a worker defers only once it has
+heard another worker announce, so a worker alone on its queues (that "lost"
+a race only to its own earlier claim) never waits for an announcement nobody
+else will send. Heard once, a peer is remembered: forgetting it after a
+quiet spell would let the next wake herd the whole fleet again.
 """
 
 from __future__ import annotations

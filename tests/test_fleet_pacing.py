@@ -243,7 +243,7 @@ class _Announcements:
         self.peers = peers
         self.waits = 0
 
-    def peers_announced(self, key, worker_id, within_s):
+    def peers_announced(self, key, worker_id):
         return self.peers
 
     def wait_for_drained(self, key, since, timeout_s):
@@ -270,15 +270,13 @@ def test_the_listener_tells_a_worker_whether_another_worker_announced(live_store
     try:
         assert listener.ready(10)
         seen = listener.drained_seen(key)
-        assert not listener.peers_announced(key, "w1", 60)
+        assert not listener.peers_announced(key, "w1")
         enqueue("t.a", {})
         live_store.claim(queues=["default"], worker_id="w1", limit=1, names=["t.a"],
                          announce=(announcement(key, "w1"), ["t.a"]))
         assert listener.wait_for_drained(key, seen, 10)
         # w1 heard only itself; any other worker has heard a peer.
-        assert not listener.peers_announced(key, "w1", 60)
-        assert listener.peers_announced(key, "w2", 60)
-        # An announcement older than the window is forgotten.
-        assert not listener.peers_announced(key, "w2", 0)
+        assert not listener.peers_announced(key, "w1")
+        assert listener.peers_announced(key, "w2")
     finally:
         listener.close()

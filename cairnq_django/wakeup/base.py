@@ -55,8 +55,8 @@ class Wakeup:
         """How many "drained" announcements for `key` were heard so far (a baseline)."""
         return 0
 
-    def peers_announced(self, key: str, worker_id: str, within_s: float) -> bool:
-        """Whether a worker other than `worker_id` announced `key` in the last `within_s`."""
+    def peers_announced(self, key: str, worker_id: str) -> bool:
+        """Whether a worker other than `worker_id` has announced `key` since this started."""
         return False
 
     def wait_for_drained(self, key: str, since: int, timeout_s: float) -> bool:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from contextlib import suppress
@@ -29,6 +28,9 @@ from .base import RECONNECT_INITIAL_S, RECONNECT_MAX_S, Waits
 from .probe import PROBE_CHANNEL, DeliveryProbe, describe
 
 logger = logging.getLogger("cairnq_django.wakeup")
+
+# Distinct announcers remembered per key: two already prove a worker has peers.
+_SENDERS_KEPT = 8
 
 
 # How often the listener leaves notifies() to check for close().
@@ -115,8 +117,8 @@ class PostgresWakeup(Waits):
         # key -> "drained" announcements heard (drained.py); only keys
         # some waiter asked about, like _queued_seen.
         self._drained_seen: dict[str, int] = {}
-        # key -> {sender: when last heard (monotonic)}, for peers_announced.
-        self._drained_senders: dict[str, dict[str, float]] = {}
+        # key -> the workers heard announcing it (a few suffice), for peers_announced.
+        self._drained_senders: dict[str, set[str]] = {}
         self._drained_waiting = 0
         self.backend_pid: int | None = None
         self.connects = 0
@@ -201,7 +203,9 @@ class PostgresWakeup(Waits):
                 if key not in self._drained_seen:
                     return
                 self._drained_seen[key] += 1
-                self._drained_senders.setdefault(key, {})[sender] = time.monotonic()
+                senders = self._drained_senders.setdefault(key, set())
+                if len(senders) < _SENDERS_KEPT:
+                    senders.add(sender)
                 if not self._drained_waiting:
                     return  # only a deferring worker needs waking for it
             elif channel == DONE_CHANNEL:
@@ -257,15 +261,10 @@ class PostgresWakeup(Waits):
         with self._cond:
             return self._drained_seen.setdefault(key, 0)
 
-    def peers_announced(self, key: str, worker_id: str, within_s: float) -> bool:
+    def peers_announced(self, key: str, worker_id: str) -> bool:
         with self._cond:
             self._drained_seen.setdefault(key, 0)  # count announcements from now on
-            senders = self._drained_senders.get(key, {})
-            horizon = time.monotonic() - within_s
-            for sender, heard in list(senders.items()):
-                if heard < horizon:
-                    del senders[sender]  # bounded by the live fleet, not its history
-            return any(sender != worker_id for sender in senders)
+            return any(sender != worker_id for sender in self._drained_senders.get(key, ()))
 
     def wait_for_drained(self, key: str, since: int, timeout_s: float) -> bool:
         with self._cond:

@@ -7,8 +7,8 @@ Two decisions live here, apart from the claim loop that acts on them:
   once; one whose woken claim found nothing (another worker was faster)
   defers: it waits a short, jittered, growing moment for the winner's
   "drained" announcement (drained.py) and claims only if none comes. It
-  defers only while it has lately heard another worker announce: alone, a
-  lost race was to its own earlier claim. So one task costs about one claim
+  defers only once it has heard another worker announce: alone, a lost race
+  was to its own earlier claim. So one task costs about one claim
   however many workers sleep, and work that outlasts one claim (no
   announcement: the winner filled its slots) still reaches the deferring
   workers within the deferral.
@@ -27,10 +27,6 @@ import random
 DEFER_FIRST_S = 0.02
 DEFER_MAX_S = 0.16
 DEFER_JITTER = 1.0
-# A worker defers only if another worker announced within this long: peers
-# announce whenever a wake's work runs out, so a fleet keeps it fresh, and a
-# worker alone never waits for an announcement nobody will send.
-PEERS_HEARD_S = 60.0
 # With healthy wakeups a poll runs this many poll intervals apart, +-25 %.
 HEALTHY_POLL_FACTOR = 5
 POLL_JITTER = 0.25

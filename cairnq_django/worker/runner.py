@@ -42,7 +42,7 @@ from .execution import Call, Execution
 from .heartbeat import Heartbeat
 from .inflight import InFlight
 from .options import WorkerOptions, WorkerOverrides
-from .pacing import PEERS_HEARD_S, WakePacing, idle_poll_s
+from .pacing import WakePacing, idle_poll_s
 from .planner import (
     Rotation,
     any_draw_filled,
@@ -479,7 +479,7 @@ class Worker:
             return False
         # Alone on these queues and names, a lost race was to this worker's own
         # earlier claim (two enqueues, one claim): nobody would announce.
-        if not self._wakeup.peers_announced(self._drained_key, self.worker_id, PEERS_HEARD_S):
+        if not self._wakeup.peers_announced(self._drained_key, self.worker_id):
             return False
         return self._wakeup.wait_for_drained(self._drained_key, drained_before, deferral)
 
