@@ -62,6 +62,7 @@ class Heartbeat(threading.Thread):
         on_tick: Callable[[], None] | None = None,
         on_late: Callable[[HeartbeatLate], None] | None = None,
         committing: Callable[[], Collection[str]] | None = None,
+        in_flight_since: Callable[[float], list[TaskContext]] | None = None,
     ) -> None:
         super().__init__(name="cairnq-heartbeat", daemon=True)
         self.store = store
@@ -74,6 +75,8 @@ class Heartbeat(threading.Thread):
         self.on_late = on_late
         # Ids whose completion this worker's settler is writing at the moment.
         self.committing = committing
+        # Tasks in flight at any moment after a monotonic time, finished or not.
+        self.in_flight_since = in_flight_since
         self.late_beats = 0
         self._stop_event = threading.Event()
 
@@ -92,7 +95,7 @@ class Heartbeat(threading.Thread):
                     continue
                 late = now - due
                 # Renew first: the leases are what is at risk. Then report.
-                at_risk = self._live() if late > self.interval_s else None
+                at_risk = self._at_risk(due) if late > self.interval_s else None
                 self._safely(self.beat)
                 release(self.store.using)
                 due = now + self.interval_s
@@ -134,6 +137,13 @@ class Heartbeat(threading.Thread):
             with connections[self.store.using].cursor() as cursor:
                 cursor.execute(sql.ASYNC_COMMIT)
             return self.store.heartbeat_batch(task_ids, self.worker_id, self.lease_ms)
+
+    def _at_risk(self, due: float) -> list[TaskContext]:
+        # A task that finished while this thread was held still went unrenewed
+        # past its due beat: its completion may have found the lease expired.
+        if self.in_flight_since is None:
+            return self._live()
+        return [c for c in self.in_flight_since(due) if not c.lost_lease]
 
     def _live(self) -> list[TaskContext]:
         return [c for c in self.in_flight() if not c.settled and not c.lost_lease]

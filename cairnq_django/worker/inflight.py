@@ -9,10 +9,16 @@ change, so the loop can wait for a slot instead of polling.
 from __future__ import annotations
 
 import threading
-from collections import defaultdict
+import time
+from collections import defaultdict, deque
 
 from .context import TaskContext
 from .execution import Call
+
+
+# Enough for every call a busy worker releases during any gap a heartbeat could
+# report, without growing with the worker's lifetime.
+_RELEASED_KEPT = 4096
 
 
 class InFlight:
@@ -25,6 +31,10 @@ class InFlight:
         self.changed = threading.Event()
         #: Tasks handed to handlers since the worker started.
         self.tasks_started = 0
+        # Recently released calls with when they were released: a late heartbeat
+        # must also name the tasks that finished while it could not run, since
+        # their leases went unrenewed all the same.
+        self._released: deque[tuple[float, Call]] = deque(maxlen=_RELEASED_KEPT)
 
     def __len__(self) -> int:
         # No lock: a signal handler asks this, and must not wait for a lock
@@ -50,6 +60,7 @@ class InFlight:
             call.released = True
             self._calls.pop(id(call), None)
             self._by_name[call.name] -= 1
+            self._released.append((time.monotonic(), call))
         self.changed.set()
 
     def counts(self) -> tuple[int, int]:
@@ -67,6 +78,13 @@ class InFlight:
 
     def contexts(self) -> list[TaskContext]:
         return [ctx for call in self.calls() for ctx in call.contexts]
+
+    def contexts_since(self, since: float) -> list[TaskContext]:
+        """Every task in flight at some moment after `since` (monotonic)."""
+        with self._lock:
+            calls = list(self._calls.values())
+            calls += [call for at, call in self._released if at >= since]
+        return [ctx for call in calls for ctx in call.contexts]
 
     def overdue(self, now: float) -> list[Call]:
         """Calls whose handler still runs past its deadline (monotonic `now`)."""

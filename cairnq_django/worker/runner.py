@@ -269,6 +269,7 @@ class Worker:
             store=self.store, worker_id=self.worker_id, lease_ms=options.lease_ms,
             in_flight=self._in_flight.contexts, report=self.report, on_tick=self._watchdog,
             on_late=self._report_late_heartbeat, committing=self.settler.committing,
+            in_flight_since=self._in_flight.contexts_since,
         )
         self._heartbeat.start()
         self._start_presence()
