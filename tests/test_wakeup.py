@@ -303,6 +303,36 @@ def test_listener_reconnects_after_its_backend_is_killed(wake, child_env):
 
 
 @only_postgres
+def test_a_worker_hears_finishes_only_once_something_waits_for_one(live_store, child_env):
+    # Every finished task notifies every listener of cairnq_done; a worker's
+    # wakeup (hear_done_on_demand) leaves that channel alone until a wait needs it.
+    first = live_store.submit("wake.unheard", queue="dq")
+    second = live_store.submit("wake.heard", queue="dq")
+    w = PostgresWakeup(postgres_params("default"))
+    try:
+        w.hear_done_on_demand()
+        assert w.ready(30)
+        marker = start_waiting(w, 1, w.wait_for_queued, ["marker"], LONG)
+        # Notifications arrive in commit order: once the marker's is heard,
+        # the cancel's finish would have been heard before it.
+        run_child(child_env, f'client.cancel("{first.id}")\nclient.enqueue("wake.m", queue="marker")')
+        assert marker.outcome() is True
+        assert first.id not in w._recent_done and w._done_count == 0
+        # The first wait turns hearing on, and starting to hear wakes it (a
+        # finish may have slipped past before the LISTEN): its caller looks again.
+        first_wait = start_waiting(w, 1, w.wait_for_done, second.id, LONG)
+        until(lambda: w._hearing_done, "the listener to hear finishes")
+        assert first_wait.outcome() is True
+        assert second.id not in w._recent_done
+        waiter = start_waiting(w, 1, w.wait_for_done, second.id, LONG)
+        run_child(child_env, f'client.cancel("{second.id}")')
+        assert waiter.outcome() is True
+        assert second.id in w._recent_done
+    finally:
+        w.close()
+
+
+@only_postgres
 def test_waits_sleep_while_the_listener_is_down(live_store):
     params = dict(postgres_params("default"), port=1)  # nothing listens there
     down = PostgresWakeup(params)

@@ -40,6 +40,9 @@ class Wakeup:
             await asyncio.sleep(timeout_s)
         return False
 
+    def hear_done_on_demand(self) -> None:
+        """Listen for finished tasks only from the first wait_for_done() on (a worker's choice)."""
+
     # ---------------------------------------------------- fleet coordination
     @property
     def healthy(self) -> bool:

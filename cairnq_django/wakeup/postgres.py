@@ -110,6 +110,12 @@ class PostgresWakeup(Waits):
         self._queued_seen: dict[str, int] = {}
         self._local = threading.local()
         self._done_waiting = 0
+        # Whether cairnq_done should be heard, and whether it is. Every finished
+        # task notifies every listener of it; a worker that nobody waits in
+        # turns it off (hear_done_on_demand), so a fleet of N workers is not
+        # woken N times per finished task. The first wait turns it on.
+        self._hear_done = True
+        self._hearing_done = False
         # Every cairnq_done counts; recent task ids remember the count at
         # which they finished. A waiter wakes for finishes after its baseline.
         self._done_count = 0
@@ -147,12 +153,16 @@ class PostgresWakeup(Waits):
             try:
                 conn = psycopg.connect(**self._params, autocommit=True)
                 conn.execute(sql.LISTEN.format(channel=QUEUED_CHANNEL))
-                conn.execute(sql.LISTEN.format(channel=DONE_CHANNEL))
+                with self._cond:
+                    hear_done = self._hear_done
+                if hear_done:
+                    conn.execute(sql.LISTEN.format(channel=DONE_CHANNEL))
                 if self._probe is not None:
                     conn.execute(sql.LISTEN.format(channel=PROBE_CHANNEL))
                 conn.execute(sql.LISTEN.format(channel=DRAINED_CHANNEL))
                 with self._cond:
                     self._listening = True
+                    self._hearing_done = hear_done
                     self._epoch += 1
                     self.connects += 1
                     self.backend_pid = conn.info.backend_pid
@@ -163,6 +173,8 @@ class PostgresWakeup(Waits):
                 while not self._stop.is_set():
                     for note in conn.notifies(timeout=LISTEN_SLICE_S):
                         self._dispatch(note.channel, note.payload)
+                    if self._hear_done and not self._hearing_done:
+                        self._start_hearing_done(conn)
                     if self._probe is not None:
                         self._probe.check()
             except Exception as exc:  # any failure means "reconnect later"
@@ -176,12 +188,26 @@ class PostgresWakeup(Waits):
             finally:
                 with self._cond:
                     self._listening = False
+                    self._hearing_done = False
                     self.backend_pid = None
                 if conn is not None:
                     with suppress(Exception):
                         conn.close()
             self._stop.wait(backoff)
             backoff = min(backoff * 2, RECONNECT_MAX_S)
+
+    def _start_hearing_done(self, conn: Any) -> None:
+        conn.execute(sql.LISTEN.format(channel=DONE_CHANNEL))
+        with self._cond:
+            self._hearing_done = True
+            # A task may have finished before the LISTEN took: waiters look again.
+            self._epoch += 1
+            self._wake_all()
+
+    def hear_done_on_demand(self) -> None:
+        with self._cond:
+            if not self._hearing_done and not self._done_waiting:
+                self._hear_done = False
 
     @property
     def delivering(self) -> bool | None:
@@ -280,6 +306,9 @@ class PostgresWakeup(Waits):
         """Return a check for finishes counted after `base` (None: from now on)."""
         self._start()
         with self._cond:
+            # Heard from the listener's next slice on; until then the caller's
+            # own poll of the task's status covers the gap.
+            self._hear_done = True
             epoch = self._epoch
             since = self._done_count if base is None else base
 

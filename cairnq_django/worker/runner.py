@@ -277,6 +277,8 @@ class Worker:
             self._start_scheduler()
         try:
             self._wakeup = get_wakeup(self.using)
+            # Only a handler that waits for another task needs finishes heard.
+            self._wakeup.hear_done_on_demand()
         except Exception as exc:
             self.report(exc, phase="wakeup")
 
