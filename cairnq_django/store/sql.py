@@ -15,6 +15,13 @@ from typing import Any
 # has no advisory locks.
 LOCK_KEY = "SELECT pg_advisory_xact_lock(hashtextextended(%s::text, 0))"
 
+# The claim under flow limits (store/limited_claim.py) holds this for its
+# transaction, so the fleet's limited claims count and claim one at a time.
+# The two-integer form's keys never meet the one-bigint keys LOCK_KEY takes
+# (PostgreSQL keeps the two key spaces apart); 0x43514c4d is "CQLM". Django
+# has no advisory locks.
+LIMITED_CLAIM_LOCK = "SELECT pg_advisory_xact_lock(1129401421, 1)"
+
 # Bulk enqueue through COPY FROM STDIN (PostgreSQL): half the cost per row of
 # a multi-row INSERT. Django has no COPY.
 COPY_TASKS = (

@@ -1,0 +1,257 @@
+"""Fleet-wide concurrency and rate limits: the API, the settings, enqueue's key, and the limited claim.
+
+Store-level and in-process; the multi-process fleet runs are tests/test_fleet_limits.py.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+import pytest
+from django.db import connections
+from django.test import override_settings
+
+from cairnq_django import (
+    Limit,
+    clear_limit,
+    effective_limits,
+    enqueue,
+    enqueue_many,
+    limit_usage,
+    set_limit,
+)
+from cairnq_django.models import FlowLimit, FlowStart
+from tests.storeutil import expire_lease
+
+pytestmark = pytest.mark.django_db
+
+
+def limits_setting(*entries):
+    return override_settings(CAIRNQ={"LIMITS": list(entries)})
+
+
+def claim(store, limits, *, queues=("default",), limit=10, names=None, draws=None, worker="w"):
+    return store.claim_limited(
+        limits=limits, queues=list(queues), worker_id=worker, limit=limit, names=names, draws=draws
+    )
+
+
+def names_of(tasks):
+    return sorted(t.name for t in tasks)
+
+
+# ------------------------------------------------------------------ the API
+def test_settings_limits_are_in_force_and_runtime_rows_override_them(store):
+    with limits_setting(
+        {"name": "reports.generate", "concurrency": 3},
+        {"queue": "partner", "rate": 20, "per": timedelta(seconds=2)},
+        {"key_prefix": "account:", "concurrency": 1},
+    ):
+        assert effective_limits() == [
+            Limit("name", "reports.generate", 3, None, None, "settings"),
+            Limit("queue", "partner", None, 20, 2000, "settings"),
+            Limit("key_prefix", "account:", 1, None, None, "settings"),
+        ]
+        assert set_limit("name", "reports.generate", concurrency=5, by="ops") == Limit(
+            "name", "reports.generate", 5, None, None, "runtime"
+        )
+        set_limit("queue", "partner", by="ops")  # lifts the settings' rate limit
+        set_limit("queue", "bulk", rate=1000, per=3_600_000)
+        assert effective_limits() == [
+            Limit("name", "reports.generate", 5, None, None, "runtime"),
+            Limit("key_prefix", "account:", 1, None, None, "settings"),
+            Limit("queue", "bulk", None, 1000, 3_600_000, "runtime"),
+        ]
+        row = FlowLimit.objects.get(scope="name", value="reports.generate")
+        assert (row.concurrency, row.changed_by) == (5, "ops")
+        assert clear_limit("name", "reports.generate") is True
+        assert clear_limit("name", "reports.generate") is False
+        assert clear_limit("queue", "partner") is True
+        assert effective_limits()[:2] == [
+            Limit("name", "reports.generate", 3, None, None, "settings"),
+            Limit("queue", "partner", None, 20, 2000, "settings"),
+        ]
+
+
+def test_set_limit_twice_updates_the_one_row(store):
+    set_limit("name", "a", concurrency=1)
+    set_limit("name", "a", rate=5)
+    assert FlowLimit.objects.count() == 1
+    assert effective_limits() == [Limit("name", "a", None, 5, 1000, "runtime")]
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs", "message"),
+    [
+        (("bogus", "x"), {"concurrency": 1}, "scope"),
+        (("name", ""), {"concurrency": 1}, "non-empty"),
+        (("name", 3), {"concurrency": 1}, "non-empty"),
+        (("name", "x" * 256), {"concurrency": 1}, "at most 255"),
+        (("name", "a\x00b"), {"concurrency": 1}, "NUL"),
+        (("name", "x"), {"concurrency": 0}, "concurrency must be a positive integer"),
+        (("name", "x"), {"concurrency": True}, "concurrency must be a positive integer"),
+        (("name", "x"), {"rate": 2.5}, "rate must be a positive integer"),
+        (("name", "x"), {"rate": 2, "per": 0}, "per"),
+        (("name", "x"), {"rate": 2, "per": timedelta(0)}, "per"),
+        (("name", "x"), {"rate": 2, "per": "1s"}, "per must be a timedelta"),
+        (("name", "x"), {"per": 1000}, "give a rate"),
+        (("name", "x"), {"concurrency": 1, "by": 3}, "by must be a string"),
+    ],
+)
+def test_set_limit_refuses_bad_input_and_writes_nothing(store, args, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        set_limit(*args, **kwargs)
+    assert not FlowLimit.objects.exists()
+
+
+def test_an_invalid_settings_entry_raises_where_limits_are_read(store):
+    with limits_setting({"name": "x"}), pytest.raises(ValueError, match="concurrency, a rate or both"):
+        effective_limits()
+
+
+# -------------------------------------------------------- enqueue's key
+def test_enqueue_writes_the_concurrency_key_with_the_task(store):
+    from cairnq_django.models import TaskFlow
+
+    task = enqueue("tests.echo", {}, concurrency_key="account:42")
+    plain = enqueue("tests.echo", {})
+    assert TaskFlow.objects.get(task_id=task.id).concurrency_key == "account:42"
+    assert not TaskFlow.objects.filter(task_id=plain.id).exists()
+
+
+@pytest.mark.parametrize("key", ["", 42, "x" * 256, "a\x00b"])
+def test_a_bad_concurrency_key_is_refused_before_anything_is_written(store, key):
+    with pytest.raises(ValueError, match="concurrency_key"):
+        enqueue("tests.echo", {}, concurrency_key=key)
+    assert not store.tasks().exists()
+
+
+# ---------------------------------------------------------------- the claim
+def test_a_name_limit_caps_running_tasks_and_others_still_flow(store):
+    limits = [Limit("name", "slow", 2, None, None, "settings")]
+    for _ in range(5):
+        store.submit("slow")
+    for _ in range(3):
+        store.submit("fast")
+    first = claim(store, limits, limit=10)
+    assert names_of(first.tasks) == ["fast"] * 3 + ["slow"] * 2
+    assert first.held == 3
+    assert claim(store, limits).tasks == []
+    store.complete(next(t for t in first.tasks if t.name == "slow").id, "w")
+    assert names_of(claim(store, limits).tasks) == ["slow"]
+
+
+def test_a_queue_limit_counts_every_worker_s_tasks(store):
+    limits = [Limit("queue", "default", 3, None, None, "settings")]
+    for _ in range(6):
+        store.submit("job")
+    assert len(claim(store, limits, limit=2, worker="a").tasks) == 2
+    assert len(claim(store, limits, limit=5, worker="b").tasks) == 1
+    assert claim(store, limits, worker="c").tasks == []
+
+
+def test_a_key_prefix_limit_applies_to_each_key_apart(store):
+    limits = [Limit("key_prefix", "account:", 1, None, None, "settings")]
+    for account in (1, 1, 2, 2, 3):
+        enqueue("job", {}, concurrency_key=f"account:{account}")
+    enqueue("job", {}, concurrency_key="other:1")
+    enqueue("job", {})
+    tasks = claim(store, limits).tasks
+    assert len(tasks) == 5  # one per account, the other key and the keyless task
+    assert claim(store, limits).held == 2
+
+
+def test_a_held_key_does_not_hide_the_tasks_behind_it(store):
+    """More held tasks than the claim reads at once: the next read leaves the full key out."""
+    limits = [Limit("key_prefix", "account:", 1, None, None, "settings")]
+    ahead = {t.id for t in enqueue_many(
+        [{"name": "job", "priority": 1, "concurrency_key": "account:1"} for _ in range(250)]
+    )}
+    behind = store.submit("job")
+    tasks = claim(store, limits, limit=5).tasks
+    assert len(tasks) == 2 and behind.id in {t.id for t in tasks}
+    assert len(ahead & {t.id for t in tasks}) == 1
+
+
+def test_an_expired_lease_frees_its_slot(store):
+    limits = [Limit("name", "job", 1, None, None, "settings")]
+    store.submit("job")
+    second = store.submit("job")
+    (first,) = claim(store, limits).tasks
+    assert claim(store, limits).tasks == []
+    expire_lease(store, first.id)  # its worker died
+    # The same transaction recovers the first (requeued behind nothing: it is due
+    # now) and takes one task in claim order.
+    (next_task,) = claim(store, limits).tasks
+    assert next_task.id in {first.id, second.id}
+    assert store.get(first.id).status in {"queued", "running"}
+    assert store.tasks().filter(status="running").count() == 1
+
+
+def test_per_name_draws_are_respected(store):
+    limits = [Limit("name", "a", 10, None, None, "settings")]
+    for _ in range(4):
+        store.submit("a")
+        store.submit("b")
+    tasks = claim(store, limits, draws=[(["a"], 1), (["b"], 2)]).tasks
+    assert names_of(tasks) == ["a", "b", "b"]
+
+
+def test_a_rate_limit_is_a_sliding_window(store):
+    limits = [Limit("name", "call", None, 3, 60_000, "settings")]
+    for _ in range(5):
+        store.submit("call")
+    first = claim(store, limits)
+    assert len(first.tasks) == 3
+    assert FlowStart.objects.filter(scope="name", value="call").count() == 3
+    held = claim(store, limits)
+    assert held.tasks == [] and held.held == 2
+    assert 0 < held.retry_in_ms <= 60_000
+    # The window slides: move the starts 59 s back, and they are still in it; 61 s, and they are not.
+    FlowStart.objects.update(started_at_ms=store.clock_ms() - 59_000)
+    assert claim(store, limits).tasks == []
+    FlowStart.objects.update(started_at_ms=store.clock_ms() - 61_000)
+    assert len(claim(store, limits).tasks) == 2
+
+
+def test_a_key_prefix_rate_limit_counts_each_key(store):
+    limits = [Limit("key_prefix", "acct:", None, 1, 60_000, "settings")]
+    for key in ("acct:1", "acct:1", "acct:2"):
+        enqueue("job", {}, concurrency_key=key)
+    assert len(claim(store, limits).tasks) == 2
+    assert sorted(FlowStart.objects.values_list("value", flat=True)) == ["acct:1", "acct:2"]
+
+
+def test_no_limits_is_the_plain_claim_statement_for_statement(store):
+    from django.test.utils import CaptureQueriesContext
+
+    store.submit("job")
+    store.claim(queues=["default"], worker_id="w", limit=1)  # compile and verify first
+    store.submit("job")
+    store.submit("job")
+    with CaptureQueriesContext(connections["default"]) as plain:
+        assert len(store.claim(queues=["default"], worker_id="w", limit=1)) == 1
+    with CaptureQueriesContext(connections["default"]) as limited:
+        result = store.claim_limited(limits=[], queues=["default"], worker_id="w", limit=1)
+    assert len(result.tasks) == 1 and result.held == 0
+
+    def statements(context):
+        # Savepoint names and (SQLite shows bound values) clock readings differ between calls.
+        return [re.sub(r'"s\d+_x\d+"|\d{10,}', "_", q["sql"]) for q in context.captured_queries]
+
+    assert statements(limited) == statements(plain)
+
+
+def test_limit_usage_reports_running_starts_and_held(store):
+    set_limit("name", "slow", concurrency=2)
+    set_limit("key_prefix", "acct:", concurrency=1, rate=10, per=60_000)
+    for _ in range(5):
+        store.submit("slow")
+    for key in ("acct:1", "acct:1", "acct:1", "acct:2"):
+        enqueue("job", {}, concurrency_key=key)
+    claim(store, effective_limits())
+    by_scope = {u.limit.scope: u for u in limit_usage()}
+    assert (by_scope["name"].running, by_scope["name"].held) == (2, 3)
+    assert (by_scope["key_prefix"].running, by_scope["key_prefix"].keys_at_limit) == (1, 2)
+    assert (by_scope["key_prefix"].starts_in_window, by_scope["key_prefix"].held) == (1, 2)
