@@ -228,6 +228,9 @@ class FlowLimit(models.Model):
         ]
         verbose_name = _("flow limit")
         verbose_name_plural = _("flow limits")
+        # The dashboard's set/clear form (admin/flow_limit_admin.py), as
+        # QueueState's pause_queue guards the pause buttons.
+        permissions = [("change_limits", _("Can set and clear flow limits at run time"))]
 
     def __str__(self) -> str:
         return f"{self.scope} {self.value}"
