@@ -255,3 +255,55 @@ def test_limit_usage_reports_running_starts_and_held(store):
     assert (by_scope["name"].running, by_scope["name"].held) == (2, 3)
     assert (by_scope["key_prefix"].running, by_scope["key_prefix"].keys_at_limit) == (1, 2)
     assert (by_scope["key_prefix"].starts_in_window, by_scope["key_prefix"].held) == (1, 2)
+
+
+# ------------------------------------------------------- a worker, end to end
+def _journal(path):
+    """{task id: (name-free) (claimed ms, start ns, end ns)} from tests.interval's journal."""
+    starts, ends = {}, {}
+    with open(path) as lines:
+        for line in lines:
+            kind, task_id, _attempt, _worker, claimed, ns = line.split()
+            (starts if kind == "S" else ends)[task_id] = (int(claimed), int(ns))
+    return {task_id: (starts[task_id][0], starts[task_id][1], ends[task_id][1]) for task_id in ends}
+
+
+def _most_at_once(spans):
+    events = sorted([(start, 1) for start, _ in spans] + [(end, -1) for _, end in spans])
+    running = most = 0
+    for _, step in events:
+        running += step
+        most = max(most, running)
+    return most
+
+
+@pytest.mark.django_db(transaction=True)
+def test_worker_processes_honour_a_concurrency_and_a_rate_limit(live_store, child_env, tmp_path):
+    from tests.workerutil import WorkerProcess
+
+    journal = tmp_path / "journal.txt"
+    env = dict(child_env, CAIRNQ_TEST_JOURNAL=str(journal))
+    capped = [enqueue("tests.interval_capped", {"hold_s": 0.15}).id for _ in range(8)]
+    rated = [enqueue("tests.interval", {}, queue="rated").id for _ in range(8)]
+    free = [enqueue("tests.interval", {"hold_s": 0.05}).id for _ in range(6)]
+    settings = {"LIMITS": [
+        {"name": "tests.interval_capped", "concurrency": 2},
+        {"queue": "rated", "rate": 3, "per": 500},
+    ]}
+    workers = [
+        WorkerProcess(env, "--burst", "-q", "default", "-q", "rated", "--concurrency", "4", settings=settings)
+        for _ in range(2)
+    ]
+    try:
+        for worker in workers:
+            assert worker.wait(120) == 0, worker.output()
+    finally:
+        for worker in workers:
+            worker.stop()
+    runs = _journal(journal)
+    assert set(runs) == {*capped, *rated, *free}
+    assert _most_at_once([runs[t][1:] for t in capped]) <= 2
+    claimed = sorted(runs[t][0] for t in rated)
+    # Sliding window: any 3 consecutive starts later, the window has moved on by a whole period.
+    assert all(later - earlier >= 500 for earlier, later in zip(claimed, claimed[3:], strict=False))
+    assert not FlowStart.objects.filter(scope="queue", value="default").exists()

@@ -288,8 +288,12 @@ class LimitedClaims:
                 # (the database's, on SQLite) leave nothing to change them.
                 # One row per task and rate-limited (scope, value): two prefixes
                 # matching one key share its rows, as they count the same starts.
+                # Logged at the claim's own clock reading (the rows'
+                # updated_at_ms, at or after `now`): the log then says exactly
+                # when each task started, and counting from `now` stays exact,
+                # as no other limited claim runs between the two readings.
                 started = [
-                    FlowStart(scope=scope, value=value, started_at_ms=now)
+                    FlowStart(scope=scope, value=value, started_at_ms=task.updated_at_ms)
                     for task in tasks for scope, value in _rated(limits, task, pick.keys[task.id])
                 ]
                 if started:
