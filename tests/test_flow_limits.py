@@ -127,6 +127,20 @@ def test_a_bad_concurrency_key_is_refused_before_anything_is_written(store, key)
     assert not store.tasks().exists()
 
 
+def test_the_tasks_framework_backend_passes_the_concurrency_key(store):
+    from cairnq_django import compat
+    from cairnq_django.models import TaskFlow
+
+    if not compat.AVAILABLE:
+        pytest.skip("no Tasks framework installed")
+    from tests.tasksapp import tasks
+
+    result = tasks.add.using(concurrency_key="account:7").enqueue(1, 2)
+    assert TaskFlow.objects.get(task_id=result.id).concurrency_key == "account:7"
+    with pytest.raises(compat.InvalidTask, match="concurrency_key"):
+        tasks.add.using(concurrency_key="")
+
+
 # ---------------------------------------------------------------- the claim
 def test_a_name_limit_caps_running_tasks_and_others_still_flow(store):
     limits = [Limit("name", "slow", 2, None, None, "settings")]
@@ -176,17 +190,15 @@ def test_a_held_key_does_not_hide_the_tasks_behind_it(store):
 
 def test_an_expired_lease_frees_its_slot(store):
     limits = [Limit("name", "job", 1, None, None, "settings")]
-    store.submit("job")
-    second = store.submit("job")
+    ids = {store.submit("job").id, store.submit("job").id}
     (first,) = claim(store, limits).tasks
     assert claim(store, limits).tasks == []
     expire_lease(store, first.id)  # its worker died
-    # The same transaction recovers the first (requeued behind nothing: it is due
-    # now) and takes one task in claim order.
-    (next_task,) = claim(store, limits).tasks
-    assert next_task.id in {first.id, second.id}
-    assert store.get(first.id).status in {"queued", "running"}
+    # The same transaction requeues it and takes one task in claim order.
+    (taken,) = claim(store, limits).tasks
+    assert taken.id in ids
     assert store.tasks().filter(status="running").count() == 1
+    assert store.tasks().filter(status="queued").count() == 1
 
 
 def test_per_name_draws_are_respected(store):
@@ -255,6 +267,67 @@ def test_limit_usage_reports_running_starts_and_held(store):
     assert (by_scope["name"].running, by_scope["name"].held) == (2, 3)
     assert (by_scope["key_prefix"].running, by_scope["key_prefix"].keys_at_limit) == (1, 2)
     assert (by_scope["key_prefix"].starts_in_window, by_scope["key_prefix"].held) == (1, 2)
+
+
+# ------------------------------------------------ claimers at the same instant
+def _claim_together(store, limits, claimers: int, limit: int):
+    """`claimers` threads, each on its own connection, claim at once; return what each took."""
+    import threading
+
+    barrier = threading.Barrier(claimers)
+    taken: list[list] = [[] for _ in range(claimers)]
+    errors: list[BaseException] = []
+
+    def claimer(index: int) -> None:
+        try:
+            barrier.wait(10)
+            taken[index] = claim(store, limits, limit=limit, worker=f"w{index}").tasks
+        except BaseException as exc:  # reported by the test below
+            errors.append(exc)
+        finally:
+            connections["default"].close()
+
+    threads = [threading.Thread(target=claimer, args=(i,)) for i in range(claimers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert not errors, errors
+    return taken
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_claimers_never_exceed_a_concurrency_limit(live_store):
+    store = live_store
+    limits = [
+        Limit("name", "job", 3, None, None, "settings"),
+        Limit("key_prefix", "acct:", 1, None, None, "settings"),
+    ]
+    jobs = {store.submit("job").id for _ in range(12)}
+    keyed = {t.id for t in enqueue_many([{"name": "keyed", "concurrency_key": "acct:1"}] * 4)}
+    done: set[str] = set()
+    for _ in range(4):
+        taken = [t for tasks in _claim_together(store, limits, claimers=6, limit=4) for t in tasks]
+        ids = [t.id for t in taken]
+        assert len(ids) == len(set(ids)), "a task was claimed twice"
+        assert sum(t.name == "job" for t in taken) == 3
+        assert sum(t.name == "keyed" for t in taken) == 1
+        assert store.tasks().filter(status="running").count() == 4
+        for task in taken:
+            store.complete(task.id, task.worker_id)
+        done |= set(ids)
+    assert done == jobs | keyed
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_claimers_never_exceed_a_rate_limit(live_store):
+    store = live_store
+    limits = [Limit("queue", "default", None, 5, 60_000, "settings")]
+    for _ in range(20):
+        store.submit("job")
+    taken = [t for tasks in _claim_together(store, limits, claimers=8, limit=3) for t in tasks]
+    assert len(taken) == 5
+    assert FlowStart.objects.filter(scope="queue", value="default").count() == 5
 
 
 # ------------------------------------------------------- a worker, end to end
