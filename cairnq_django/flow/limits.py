@@ -21,8 +21,7 @@ from django.db.models import Count, Q
 from ..models import FlowLimit
 from ..records import LIMIT_SCOPES, QUEUED_CHANNEL, Limit, make_limit
 from ..store import get_store, sql
-from ..store.limited_claim import read_counts, scope_value
-from ..store.protocol_statements import _paused_queues
+from ..store.limited_claim import due_tasks, read_counts, scope_value
 from ..validators import check_label
 from .pausing import MAX_BY_LENGTH
 
@@ -234,8 +233,7 @@ def _due_by_scope(using: str, limits: list[Limit], now: int) -> list[dict[str, i
         else:
             in_scope |= Q(flow__concurrency_key__startswith=limit.value)
     rows = (
-        get_store(using).tasks().filter(in_scope, status="queued", run_at_ms__lte=now)
-        .exclude(queue__in=_paused_queues(using)).order_by()
+        due_tasks(using, now).filter(in_scope).order_by()
         .values_list("queue", "name", "flow__concurrency_key").annotate(n=Count("pk"))
     )
     by_limit: list[dict[str, int]] = [{} for _ in limits]

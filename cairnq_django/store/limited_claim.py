@@ -95,6 +95,13 @@ def _rated(limits: Sequence[Limit], task: TaskRecord, key: str | None) -> list[t
     })
 
 
+def due_tasks(using: str, now: int) -> TaskQuerySet:
+    """Queued tasks due at `now` outside paused queues, any queue: what a limit could hold back."""
+    return tasks_of(using).filter(status="queued", run_at_ms__lte=now).exclude(
+        queue__in=_paused_queues(using)
+    )
+
+
 def running_tasks(using: str, now: int) -> TaskQuerySet:
     """Tasks holding a slot: running under a lease that has not expired at `now`."""
     return tasks_of(using).holding_slot(now)
