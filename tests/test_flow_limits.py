@@ -269,6 +269,59 @@ def test_limit_usage_reports_running_starts_and_held(store):
     assert (by_scope["key_prefix"].starts_in_window, by_scope["key_prefix"].held) == (1, 2)
 
 
+# ------------------------------------------------------- the worker's reading
+def test_a_worker_reads_the_limits_again_about_once_a_second(store, monkeypatch):
+    from cairnq_django.worker import limits as worker_limits
+
+    clock = [100.0]
+    monkeypatch.setattr(worker_limits.time, "monotonic", lambda: clock[0])
+    cache = worker_limits.LimitsCache("default")
+    assert cache.current() == []
+    set_limit("name", "job", concurrency=2)
+    clock[0] += 0.5
+    assert cache.current() == []  # read less than REREAD_S ago
+    clock[0] += worker_limits.REREAD_S
+    assert cache.current() == [Limit("name", "job", 2, None, None, "runtime")]
+
+
+def test_a_worker_refuses_invalid_limits_settings(store):
+    from django.core.exceptions import ImproperlyConfigured
+
+    from cairnq_django.worker.limits import LimitsCache
+
+    with limits_setting({"queue": "q", "rate": 0}), pytest.raises(ImproperlyConfigured, match="LIMITS"):
+        LimitsCache("default")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_limit_change_wakes_the_queues_it_concerns(live_store):
+    if connections["default"].vendor != "postgresql":
+        # SQLite: the commit itself changes the data_version the wakeup watches.
+        import sqlite3
+
+        watcher = sqlite3.connect(connections["default"].settings_dict["NAME"])
+        try:
+            before = watcher.execute("PRAGMA data_version").fetchone()[0]
+            set_limit("queue", "partner", concurrency=1)
+            assert watcher.execute("PRAGMA data_version").fetchone()[0] != before
+        finally:
+            watcher.close()
+        return
+    import psycopg
+
+    enqueue("reports", {}, queue="slow-queue")
+    params = connections["default"].get_connection_params()
+    params.pop("cursor_factory", None)
+    params.pop("context", None)
+    with psycopg.connect(**params, autocommit=True) as listener:
+        listener.execute("LISTEN cairnq_queued")
+        set_limit("queue", "partner", concurrency=1)
+        set_limit("name", "reports", concurrency=1)
+        clear_limit("name", "reports")
+        heard = [note.payload for note in listener.notifies(timeout=2, stop_after=3)]
+    assert heard == ["partner", "slow-queue", "slow-queue"]
+
+
 # ------------------------------------------------ claimers at the same instant
 def _claim_together(store, limits, claimers: int, limit: int):
     """`claimers` threads, each on its own connection, claim at once; return what each took."""
