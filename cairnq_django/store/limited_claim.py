@@ -30,6 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from django.db import connections
 from django.db.models import Count, Min
 
 from ..db.querysets import TaskQuerySet
@@ -262,10 +263,8 @@ class LimitedClaims:
         executor = self.executor
         executor.verify_protocol()
         with executor.atomic():
-            if executor.dialect.has_advisory_locks:
-                executor.run_sql(sql.LIMITED_CLAIM_LOCK)
+            now = self._lock()
             recover()
-            now = executor.clock_ms()
             counts = read_counts(self.using, limits, now)
             pick = _Pick(limits, counts, plan)
             window = max(_WINDOW_MIN, _WINDOW_PER_SLOT * pick.wants)
@@ -310,6 +309,21 @@ class LimitedClaims:
                 executor.run_sql(*announce_sql)
         retry_in = None if pick.retry_at is None else max(1, pick.retry_at - now)
         return LimitedClaim(tasks, pick.held, retry_in)
+
+    def _lock(self) -> int:
+        """Take the fleet's limited-claim lock where the database needs one; now, in epoch ms, after it.
+
+        SQLite's BEGIN IMMEDIATE already holds the database's one write lock.
+        The reading must follow the lock, so that every earlier limited claim
+        has committed and logged its starts at or before it; the claim's own
+        rows are then stamped at or after it.
+        """
+        executor = self.executor
+        if not executor.dialect.has_advisory_locks:
+            return executor.clock_ms()
+        with connections[self.using].cursor() as cursor:
+            cursor.execute(sql.LIMITED_CLAIM_LOCK)
+            return int(cursor.fetchone()[0])
 
     def _candidates(self, queues: Sequence[str], names: Sequence[str] | None, pick: _Pick,
                     window: int) -> list[tuple[str, str, str, str | None]]:

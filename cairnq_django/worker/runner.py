@@ -350,6 +350,10 @@ class Worker:
                 # rate window to open, or the bound (pacing.HELD_BACK_WAIT_S).
                 self._refresh_presence()
                 self._wait_for_change(held_s)
+                # The held tasks were due a moment ago: claim without the
+                # probe's round trip, so a rate window that just opened is
+                # used at once (each start's lateness delays its slot's reuse).
+                self._work_likely = True
                 continue
             self._idle()
 
