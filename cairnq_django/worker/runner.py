@@ -538,6 +538,8 @@ class Worker:
         while not self._stopping:
             remaining = deadline - time.monotonic()
             if remaining <= 0 or self._changed.is_set() and self._recheck_on_call_end():
+                # Tasks a limit held back were due: the claim need not probe first.
+                self._work_likely = self._work_likely or self._held_wait_s is not None
                 return
             step = min(remaining, _SLICE_S)
             # The workers-table row is refreshed from here too: a healthy
