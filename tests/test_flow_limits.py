@@ -255,6 +255,26 @@ def test_no_limits_is_the_plain_claim_statement_for_statement(store):
     assert statements(limited) == statements(plain)
 
 
+def test_a_claim_no_limit_concerns_is_the_plain_claim(store):
+    """Limits on another queue or on names the claim does not draw: no lock, no limited path."""
+    from django.test.utils import CaptureQueriesContext
+
+    limits = [Limit("queue", "other", 1, None, None, "settings"),
+              Limit("name", "slow", 1, None, None, "settings")]
+    for _ in range(3):
+        store.submit("fast")
+    with CaptureQueriesContext(connections["default"]) as captured:
+        result = claim(store, limits, names=["fast"])
+    assert len(result.tasks) == 3
+    # The limited path reads the flow rows (running counts, candidates' keys); the plain claim does not.
+    assert not any("cairnq_django_task_flow" in q["sql"] for q in captured.captured_queries)
+    # A key-prefix limit concerns every claim: any task may carry a key.
+    keyed = [Limit("key_prefix", "acct:", 1, None, None, "settings")]
+    for key in ("acct:1", "acct:1"):
+        enqueue("fast", {}, concurrency_key=key)
+    assert len(claim(store, keyed, names=["fast"]).tasks) == 1
+
+
 def test_limit_usage_reports_running_starts_and_held(store):
     set_limit("name", "slow", concurrency=2)
     set_limit("key_prefix", "acct:", concurrency=1, rate=10, per=60_000)

@@ -24,7 +24,7 @@ from . import sql
 from .django_private import is_client_binding
 from .encoding import LEASE_EXPIRED, encode_result, error_json, record
 from .executor import Executor
-from .limited_claim import LimitedClaim, LimitedClaims
+from .limited_claim import LimitedClaim, LimitedClaims, relevant_limits
 from .protocol_statements import (
     CLAIM,
     COMPLETE,
@@ -151,6 +151,10 @@ class LeaseOperations:
         order, and says what they held back.
         """
         queues, plan = _claim_plan(queues, lease_ms, limit, names, draws)
+        # Only the limits this claim's tasks can fall under: a claim that no
+        # limit concerns changes no limited count, so it need not queue
+        # behind the fleet's limited claims.
+        limits = relevant_limits(limits, queues, plan)
         if not limits:
             return LimitedClaim(self.claim(
                 queues=queues, worker_id=worker_id, lease_ms=lease_ms, draws=plan, announce=announce,

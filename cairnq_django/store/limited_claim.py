@@ -88,6 +88,23 @@ def scope_value(limit: Limit, queue: str, name: str, key: str | None) -> str | N
     return queue if limit.scope == "queue" else name if limit.scope == "name" else key
 
 
+def relevant_limits(
+    limits: Sequence[Limit], queues: Sequence[str], plan: Sequence[tuple[Sequence[str] | None, int]]
+) -> list[Limit]:
+    """The limits a claim from `queues` for the draws' names can meet.
+
+    Every key_prefix limit: any task may carry a concurrency key.
+    """
+    any_name = any(draw_names is None for draw_names, _ in plan)
+    names = {name for draw_names, _ in plan for name in draw_names or ()}
+    return [
+        limit for limit in limits
+        if limit.scope == "key_prefix"
+        or (limit.scope == "queue" and limit.value in queues)
+        or (limit.scope == "name" and (any_name or limit.value in names))
+    ]
+
+
 def _rated(limits: Sequence[Limit], task: TaskRecord, key: str | None) -> list[tuple[str, str]]:
     """The (scope, value) pairs under which a start of `task` is logged for the rate limits."""
     return sorted({
