@@ -31,14 +31,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.db import connections
-from django.db.models import Count, Min
+from django.db.models import Count, Min, QuerySet
 
+from ..db.expressions import now_minus
 from ..db.querysets import TaskQuerySet
 from ..models import FlowStart
 from ..records import Limit, TaskRecord
 from . import sql
+from .django_private import is_client_binding, select_sql
+from .encoding import LEASE_EXPIRED
 from .executor import Executor
-from .protocol_statements import CLAIM_IDS, _paused_queues, tasks_of
+from .protocol_statements import CLAIM_IDS, RECOVER, _paused_queues, tasks_of
 
 # How many candidates one read of the claim looks at: enough that tasks held
 # back by a limit do not hide the ones behind them, bounded so a claim never
@@ -120,9 +123,53 @@ def due_tasks(using: str, now: int) -> TaskQuerySet:
     )
 
 
-def running_tasks(using: str, now: int) -> TaskQuerySet:
-    """Tasks holding a slot: running under a lease that has not expired at `now`."""
+def running_tasks(using: str, now: int | None) -> TaskQuerySet:
+    """Tasks holding a slot: running under a lease unexpired at `now` (None: the statement's clock)."""
     return tasks_of(using).holding_slot(now)
+
+
+def _count_queries(
+    using: str, limits: Sequence[Limit], now: int | None
+) -> list[tuple[int | None, QuerySet[Any, Any]]]:
+    """The reads of read_counts: (None, running tasks grouped), then (index, its starts) per rate limit.
+
+    `now` None reads the clock in SQL (NowMs), for statements sent before it is known.
+    """
+    queries: list[tuple[int | None, QuerySet[Any, Any]]] = []
+    if any(limit.concurrency is not None for limit in limits):
+        queries.append((None, running_tasks(using, now).order_by().values_list(
+            "queue", "name", "flow__concurrency_key"
+        ).annotate(n=Count("pk"))))
+    for index, limit in enumerate(limits):
+        if limit.rate is None or limit.per_ms is None:
+            continue
+        since = now_minus(limit.per_ms) if now is None else now - limit.per_ms
+        log = FlowStart.objects.using(using).filter(scope=limit.scope, started_at_ms__gt=since)
+        if limit.scope == "key_prefix":
+            # LIKE is case-insensitive on SQLite: _add_rows checks the prefix again.
+            log = log.filter(value__startswith=limit.value)
+        else:
+            log = log.filter(value=limit.value)
+        queries.append((index, log.order_by().values_list("value").annotate(
+            n=Count("pk"), first=Min("started_at_ms")
+        )))
+    return queries
+
+
+def _add_rows(counts: Counts, limits: Sequence[Limit], index: int | None, rows: Sequence[Any]) -> None:
+    if index is None:
+        for queue, name, key, n in rows:
+            counts.by_queue[queue] = counts.by_queue.get(queue, 0) + n
+            counts.by_name[name] = counts.by_name.get(name, 0) + n
+            if key is not None:
+                counts.by_key[key] = counts.by_key.get(key, 0) + n
+        return
+    starts: dict[str, int] = {}
+    oldest: dict[str, int] = {}
+    counts.starts[index], counts.oldest[index] = starts, oldest
+    for value, n, first in rows:
+        if value.startswith(limits[index].value):
+            starts[value], oldest[value] = n, first
 
 
 def read_counts(using: str, limits: Sequence[Limit], now: int) -> Counts:
@@ -132,34 +179,8 @@ def read_counts(using: str, limits: Sequence[Limit], now: int) -> Counts:
     and one read of the start log per rate limit.
     """
     counts = Counts(now)
-    if any(limit.concurrency is not None for limit in limits):
-        rows = (
-            running_tasks(using, now).order_by()
-            .values_list("queue", "name", "flow__concurrency_key").annotate(n=Count("pk"))
-        )
-        for queue, name, key, n in rows:
-            counts.by_queue[queue] = counts.by_queue.get(queue, 0) + n
-            counts.by_name[name] = counts.by_name.get(name, 0) + n
-            if key is not None:
-                counts.by_key[key] = counts.by_key.get(key, 0) + n
-    for index, limit in enumerate(limits):
-        if limit.rate is None or limit.per_ms is None:
-            continue
-        log = FlowStart.objects.using(using).filter(
-            scope=limit.scope, started_at_ms__gt=now - limit.per_ms
-        )
-        if limit.scope == "key_prefix":
-            # LIKE is case-insensitive on SQLite: the prefix is checked again here.
-            log = log.filter(value__startswith=limit.value)
-        else:
-            log = log.filter(value=limit.value)
-        starts: dict[str, int] = {}
-        oldest: dict[str, int] = {}
-        counts.starts[index], counts.oldest[index] = starts, oldest
-        grouped = log.order_by().values_list("value").annotate(n=Count("pk"), first=Min("started_at_ms"))
-        for value, n, first in grouped:
-            if value.startswith(limit.value):
-                starts[value], oldest[value] = n, first
+    for index, query in _count_queries(using, limits, now):
+        _add_rows(counts, limits, index, list(query))
     return counts
 
 
@@ -280,9 +301,12 @@ class LimitedClaims:
         executor = self.executor
         executor.verify_protocol()
         with executor.atomic():
-            now = self._lock()
-            recover()
-            counts = read_counts(self.using, limits, now)
+            counts = self._lock_recover_count(limits)
+            if counts is None:
+                now = self._lock()
+                recover()
+                counts = read_counts(self.using, limits, now)
+            now = counts.now
             pick = _Pick(limits, counts, plan)
             window = max(_WINDOW_MIN, _WINDOW_PER_SLOT * pick.wants)
             for _ in range(_ROUNDS):
@@ -341,6 +365,35 @@ class LimitedClaims:
         with connections[self.using].cursor() as cursor:
             cursor.execute(sql.LIMITED_CLAIM_LOCK)
             return int(cursor.fetchone()[0])
+
+    def _lock_recover_count(self, limits: Sequence[Limit]) -> Counts | None:
+        """PostgreSQL: the lock, the lease recovery and the counts in one round trip; None elsewhere.
+
+        One simple-protocol query of several statements, run in order inside
+        the claim's transaction, each with a snapshot of its own taken after
+        the lock is held. Their SQL clock is the query's arrival, before any
+        wait for the lock: a lease that ran out during the wait still counts
+        as running, and the start log is read from a little earlier than
+        needed — both err towards holding back, never towards one too many.
+        Only client-side binding (Django's default) sends several statements
+        at once; otherwise the caller runs them one by one.
+        """
+        if not self.executor.dialect.has_advisory_locks:
+            return None
+        queries = _count_queries(self.using, limits, None)
+        with connections[self.using].cursor() as cursor:
+            if not is_client_binding(cursor):
+                return None
+            parts = [(sql.LIMITED_CLAIM_LOCK, ()), RECOVER.bind(self.using, {"lease_error": LEASE_EXPIRED})]
+            parts += [select_sql(query) for _, query in queries]
+            # PostgreSQL binds positionally (Dialect.binds_by_name), so the lists join.
+            cursor.execute("; ".join(text for text, _ in parts), [p for _, params in parts for p in params])
+            counts = Counts(int(cursor.fetchone()[0]))
+            cursor.nextset()  # the recovery's rows: nothing here needs them
+            for index, _ in queries:
+                cursor.nextset()
+                _add_rows(counts, limits, index, cursor.fetchall())
+        return counts
 
     def _candidates(self, queues: Sequence[str], names: Sequence[str] | None, pick: _Pick,
                     window: int) -> list[tuple[str, str, str, str | None]]:
