@@ -58,7 +58,7 @@ def test_the_panel_shows_each_limit_and_its_use(admin_client, limited):
     name_row = page.split('data-scope="name" data-value="reports.generate"')[1].split("</tr>")[0]
     assert 'class="cq-limit-full"' in name_row
     assert "settings" in name_row and "3 running" in name_row
-    assert '<td class="cq-num cq-limit-running">3/3' in name_row
+    assert '<td class="cq-num cq-limit-running cq-limit-at">3/3' in name_row
     assert '<td class="cq-num cq-limit-held">1</td>' in name_row
     key_row = page.split('data-scope="key_prefix" data-value="account:"')[1].split("</tr>")[0]
     assert "1/1" in key_row and "1 key at the limit" in key_row

@@ -217,9 +217,9 @@ def _limits_context(request: HttpRequest, view: Overview) -> dict[str, Any]:
             "per": None if limit.per_ms is None else period_text(limit.per_ms),
             "starts": usage.starts_in_window,
             "held": usage.held,
-            # Every slot (or the busiest key's) in use, or the window spent: it holds work back now.
-            "full": (limit.concurrency is not None and usage.running >= limit.concurrency)
-            or (limit.rate is not None and usage.starts_in_window >= limit.rate),
+            # Every slot (the busiest key's, for a prefix) in use, or the window spent.
+            "slots_full": limit.concurrency is not None and usage.running >= limit.concurrency,
+            "window_full": limit.rate is not None and usage.starts_in_window >= limit.rate,
         })
     return {
         "limits": rows,
