@@ -326,6 +326,9 @@ class Worker:
             if claimed:
                 if self._work_likely or options.burst:
                     continue
+                if self._held_wait_s is not None:
+                    self._held_wait(self._held_wait_s)
+                    continue
                 # The claim took all the work that was due. Asking again at
                 # once would find nothing and, worse, hold the GIL while the
                 # handler threads just handed work are trying to start; the
@@ -345,15 +348,7 @@ class Worker:
                 self._wait_for_change(poll_s if held_s is None else held_s)
                 continue
             if held_s is not None:
-                # Everything due is held back by a limit: every wake would
-                # claim nothing, so wait for a call of this worker to end, the
-                # rate window to open, or the bound (pacing.HELD_BACK_WAIT_S).
-                self._refresh_presence()
-                self._wait_for_change(held_s)
-                # The held tasks were due a moment ago: claim without the
-                # probe's round trip, so a rate window that just opened is
-                # used at once (each start's lateness delays its slot's reuse).
-                self._work_likely = True
+                self._held_wait(held_s)
                 continue
             self._idle()
 
@@ -500,6 +495,31 @@ class Worker:
             remaining = deadline - time.monotonic()
             if remaining <= 0 or self._changed.wait(min(remaining, _SLICE_S)):
                 return
+
+    def _held_wait(self, seconds: float) -> None:
+        """After a claim a limit held back: wait for a call of this worker to settle, or `seconds`.
+
+        Every wake would find the same tasks held, so the wakeups are not
+        heard meanwhile (new work waits at most HELD_BACK_WAIT_S, or a call's
+        end). A call that merely returned frees no slot in the database until
+        its completion commits, so only a settled call ends the wait; `seconds`
+        is until the rate window opens, or the bound. The held tasks were due:
+        the next claim skips the probe, so an opening window is used at once
+        (a start's lateness delays its slot's reuse by as much).
+        """
+        release(self.using)
+        self._refresh_presence()
+        in_flight = len(self._in_flight)
+        deadline = time.monotonic() + seconds
+        while not self._stopping:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            if self._changed.wait(min(remaining, _SLICE_S)):
+                self._changed.clear()
+                if len(self._in_flight) < in_flight:
+                    break
+        self._work_likely = True
 
     def _recheck_on_call_end(self) -> bool:
         """Whether a call that ended is a reason to poll now.
