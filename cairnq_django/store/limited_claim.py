@@ -300,21 +300,30 @@ class LimitedClaims:
         """Lock, recover, count, pick, claim and log the starts: one transaction."""
         executor = self.executor
         executor.verify_protocol()
+        window = max(_WINDOW_MIN, _WINDOW_PER_SLOT * sum(n for _, n in plan))
         with executor.atomic():
-            counts = self._lock_recover_count(limits)
-            if counts is None:
+            # The first read leaves nothing out: on PostgreSQL it goes with the
+            # lock and the counts, before they are known.
+            first = self._candidate_query(queues, _Pick(limits, Counts(0), plan), window)
+            found = self._lock_recover_count(limits, first)
+            first_rows: list[tuple[str, str, str, str | None]] | None = None
+            if found is None:
                 now = self._lock()
                 recover()
                 counts = read_counts(self.using, limits, now)
+            else:
+                counts, first_rows = found
             now = counts.now
             pick = _Pick(limits, counts, plan)
-            window = max(_WINDOW_MIN, _WINDOW_PER_SLOT * pick.wants)
             for _ in range(_ROUNDS):
                 names = pick.names_left
                 if pick.wants <= 0 or names == []:
                     break
                 excluded = (len(pick.full_queues), len(pick.full_names), len(pick.full_keys))
-                rows = self._candidates(queues, names, pick, window)
+                if first_rows is not None:
+                    rows, first_rows = first_rows, None
+                else:
+                    rows = list(self._candidate_query(queues, pick, window))
                 for task_id, queue, name, key in rows:
                     pick.offer(task_id, queue, name, key)
                     if pick.wants <= 0:
@@ -366,8 +375,12 @@ class LimitedClaims:
             cursor.execute(sql.LIMITED_CLAIM_LOCK)
             return int(cursor.fetchone()[0])
 
-    def _lock_recover_count(self, limits: Sequence[Limit]) -> Counts | None:
-        """PostgreSQL: the lock, the lease recovery and the counts in one round trip; None elsewhere.
+    def _lock_recover_count(
+        self, limits: Sequence[Limit], first: QuerySet[Any, Any]
+    ) -> tuple[Counts, list[tuple[str, str, str, str | None]]] | None:
+        """PostgreSQL: the lock, the lease recovery, the counts and the `first` candidates in one round trip.
+
+        None elsewhere.
 
         One simple-protocol query of several statements, run in order inside
         the claim's transaction, each with a snapshot of its own taken after
@@ -386,6 +399,7 @@ class LimitedClaims:
                 return None
             parts = [(sql.LIMITED_CLAIM_LOCK, ()), RECOVER.bind(self.using, {"lease_error": LEASE_EXPIRED})]
             parts += [select_sql(query) for _, query in queries]
+            parts.append(select_sql(first))
             # PostgreSQL binds positionally (Dialect.binds_by_name), so the lists join.
             cursor.execute("; ".join(text for text, _ in parts), [p for _, params in parts for p in params])
             counts = Counts(int(cursor.fetchone()[0]))
@@ -393,12 +407,13 @@ class LimitedClaims:
             for index, _ in queries:
                 cursor.nextset()
                 _add_rows(counts, limits, index, cursor.fetchall())
-        return counts
+            cursor.nextset()
+            rows = [tuple(row) for row in cursor.fetchall()]
+        return counts, rows
 
-    def _candidates(self, queues: Sequence[str], names: Sequence[str] | None, pick: _Pick,
-                    window: int) -> list[tuple[str, str, str, str | None]]:
+    def _candidate_query(self, queues: Sequence[str], pick: _Pick, window: int) -> QuerySet[Any, Any]:
         """Due tasks in claim order, less the scopes found full, locked (PostgreSQL) for the claim."""
-        rows = tasks_of(self.using).claimable(list(queues), names).exclude(
+        rows = tasks_of(self.using).claimable(list(queues), pick.names_left).exclude(
             queue__in=_paused_queues(self.using)
         )
         if pick.full_queues:
@@ -411,7 +426,7 @@ class LimitedClaims:
             rows = rows.exclude(id__in=pick.taken)
         # FOR UPDATE OF the task rows only: the flow row is on the nullable side of a join.
         locked = rows.values_list("id", "queue", "name", "flow__concurrency_key")[:window]
-        return list(locked.select_for_update(skip_locked=True, of=("self",)))
+        return locked.select_for_update(skip_locked=True, of=("self",))
 
     def _prune(self, limits: Sequence[Limit], now: int) -> None:
         """Now and then, drop the starts no window reaches any more (all of them without a rate limit)."""
