@@ -133,7 +133,7 @@ def test_limits_shows_the_use_of_each_limit(busy):
     assert (partner["rate"], partner["per_ms"]) == (20, 60_000)
     assert (partner["starts_in_window"], partner["held"]) == (2, 0)
     text = queue("limits")
-    assert "1/1 busiest key, 1 keys at the limit" in text
+    assert "1/1 (account:1), 1 keys at the limit" in text
     assert "2/20 in 1m" in text
 
 
@@ -187,6 +187,7 @@ def test_cairnq_status_shows_the_limits_and_their_use(busy):
     ]
     assert data["limits_error"] is None
     assert data["limits"][1]["busiest_key"] == "account:1"
+    assert "1/1 (account:1), 1 keys at the limit" in text
 
 
 def test_cairnq_status_without_limits_says_nothing_of_them(store):

@@ -37,14 +37,16 @@ def limit_text(limit: Limit) -> str:
     return ", ".join(parts) or "no limit"
 
 
-def running_text(usage: LimitUsage) -> str:
-    """'2/3'; for a key prefix the busiest key's count and how many keys are full: '1/1, 20 keys full'."""
+def running_text(usage: LimitUsage, busiest: dict[str, str] | None = None) -> str:
+    """'2/3'; for a key prefix the busiest key's count, which key, and how many are full:
+    "1/1 (account:7), 20 keys at the limit"."""
     limit = usage.limit
-    if limit.concurrency is None:
-        return f"{usage.running}"
-    text = f"{usage.running}/{limit.concurrency}"
+    text = f"{usage.running}" if limit.concurrency is None else f"{usage.running}/{limit.concurrency}"
     if limit.scope == "key_prefix":
-        text += f" busiest key, {usage.keys_at_limit} keys at the limit"
+        key = (busiest or {}).get(limit.value)
+        if key is not None:
+            text += f" ({key})"
+        text += f", {usage.keys_at_limit} keys at the limit"
     return text
 
 
@@ -110,12 +112,15 @@ def limit_rows(using: str | None = None) -> list[dict[str, Any]]:
     return [usage_row(usage, busiest) for usage in usages]
 
 
-def limits_table(usages: list[LimitUsage]) -> list[str]:
-    """The limits as an aligned text table, one line per limit after the header."""
+def limits_table(usages: list[LimitUsage], busiest: dict[str, str] | None = None) -> list[str]:
+    """The limits as an aligned text table, one line per limit after the header.
+
+    RUNNING is the busiest key's, for a key prefix (named in brackets).
+    """
     header = ["SCOPE", "VALUE", "SOURCE", "LIMIT", "RUNNING", "STARTS", "HELD"]
     rows = [
         [SCOPE_LABELS[u.limit.scope], u.limit.value, u.limit.source, limit_text(u.limit),
-         running_text(u), starts_text(u), str(u.held)]
+         running_text(u, busiest), starts_text(u), str(u.held)]
         for u in usages
     ]
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]

@@ -23,7 +23,13 @@ from ...conf import cairnq_settings
 from ...errors import TablesMissing
 from ...flow.limits import clear_limit, effective_limits, limit_usage, set_limit
 from ...flow.pausing import pause_queue, queue_states, resume_queue
-from ...observability.flow import SCOPE_LABELS, limit_rows, limit_text, limits_table
+from ...observability.flow import (
+    SCOPE_LABELS,
+    busiest_keys,
+    limit_rows,
+    limit_text,
+    limits_table,
+)
 from ...records import STATUSES
 from ...retention.durations import cli_duration
 from ...store import get_store
@@ -241,7 +247,7 @@ examples:
         if not usages:
             self.stdout.write("No flow limits: none in CAIRNQ['LIMITS'], none set at run time.")
             return
-        for line in limits_table(usages):
+        for line in limits_table(usages, busiest_keys(using, usages)):
             self.stdout.write(line)
 
     def _list(self, using: str, as_json: bool) -> None:

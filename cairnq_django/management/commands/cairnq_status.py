@@ -68,7 +68,7 @@ def as_text(view: Overview) -> str:
     if view.limits:
         lines.append("")
         lines.append(f"Flow limits: {len(view.limits)}")
-        lines.extend(limits_table(view.limits))
+        lines.extend(limits_table(view.limits, view.busiest_keys))
     if view.limits_error:
         lines.append(f"CAIRNQ['LIMITS'] is invalid, so no limit is shown: {view.limits_error}")
     return "\n".join(lines)
