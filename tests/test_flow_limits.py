@@ -156,6 +156,24 @@ def test_a_name_limit_caps_running_tasks_and_others_still_flow(store):
     assert names_of(claim(store, limits).tasks) == ["slow"]
 
 
+def test_the_claim_is_the_same_one_statement_at_a_time(store, monkeypatch):
+    """Server-side binding sends no multi-statement query: lock, recovery, counts and reads go apart."""
+    from cairnq_django.store import limited_claim
+
+    monkeypatch.setattr(limited_claim, "is_client_binding", lambda cursor: False)
+    limits = [Limit("name", "slow", 1, 2, 60_000, "settings")]
+    store.submit("slow")
+    for _ in range(3):
+        store.submit("slow")
+        store.submit("fast")
+    (first,) = claim(store, limits, names=["slow"], limit=1).tasks
+    expire_lease(store, first.id)  # recovered by the next claim, freeing the slot
+    result = claim(store, limits)
+    assert names_of(result.tasks) == ["fast"] * 3 + ["slow"]
+    assert result.held == 3
+    assert claim(store, limits).tasks == []  # one running, and both starts of the window used
+
+
 def test_a_queue_limit_counts_every_worker_s_tasks(store):
     limits = [Limit("queue", "default", 3, None, None, "settings")]
     for _ in range(6):
