@@ -245,6 +245,28 @@ def test_a_rate_limit_is_a_sliding_window(store):
     assert len(claim(store, limits).tasks) == 2
 
 
+def test_pruning_keeps_every_window_in_force(store):
+    """A claim prunes its own rate limits' rows to their period, and nothing another limit still counts."""
+    limits = [
+        Limit("queue", "a", 5, None, None, "settings"),
+        Limit("queue", "b", None, 5, 3_600_000, "settings"),
+        Limit("name", "fast", None, 100, 1000, "settings"),
+    ]
+    now = store.clock_ms()
+    FlowStart.objects.bulk_create([
+        FlowStart(scope="queue", value="b", started_at_ms=now - 60_000),  # in b's hour
+        FlowStart(scope="name", value="fast", started_at_ms=now - 5_000),  # out of fast's second
+        FlowStart(scope="name", value="gone", started_at_ms=now - 60_000),  # no limit: kept a day
+        FlowStart(scope="name", value="gone", started_at_ms=now - 2 * 86_400_000),
+    ])
+    store.submit("fast", queue="a")
+    store.leases._limited._prune_at = 0.0  # prune on this claim
+    assert len(claim(store, limits, queues=["a"]).tasks) == 1
+    left = sorted(FlowStart.objects.values_list("value", "started_at_ms"))
+    assert [value for value, _ in left] == ["b", "fast", "gone"]
+    assert dict(left)["fast"] >= now  # the start just logged; the old one is gone
+
+
 def test_a_key_prefix_rate_limit_counts_each_key(store):
     limits = [Limit("key_prefix", "acct:", None, 1, 60_000, "settings")]
     for key in ("acct:1", "acct:1", "acct:2"):

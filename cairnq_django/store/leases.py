@@ -154,7 +154,7 @@ class LeaseOperations:
         # Only the limits this claim's tasks can fall under: a claim that no
         # limit concerns changes no limited count, so it need not queue
         # behind the fleet's limited claims.
-        limits = relevant_limits(limits, queues, plan)
+        in_force, limits = limits, relevant_limits(limits, queues, plan)
         if not limits:
             return LimitedClaim(self.claim(
                 queues=queues, worker_id=worker_id, lease_ms=lease_ms, draws=plan, announce=announce,
@@ -165,7 +165,7 @@ class LeaseOperations:
         if not plan:
             return LimitedClaim([])
         result = self._limited.claim(
-            limits, queues, worker_id, lease_ms, plan, self.recover_leases, announce_sql
+            limits, queues, worker_id, lease_ms, plan, self.recover_leases, announce_sql, in_force
         )
         result.tasks.sort(key=lambda t: (-t.priority, t.run_at_ms, t.id))
         return result

@@ -52,6 +52,10 @@ _WINDOW_PER_SLOT = 4
 _ROUNDS = 4
 # How often (per process and alias) a limited claim prunes the start log.
 _PRUNE_EVERY_S = 10.0
+# Starts no limit in force counts (its limit was removed, or is not known
+# here yet: workers re-read the limits about once a second) are kept this
+# long, or the longest period in force if that is longer.
+_KEEP_UNCLAIMED_MS = 24 * 3600 * 1000
 
 
 @dataclass
@@ -296,8 +300,13 @@ class LimitedClaims:
         plan: Sequence[tuple[Sequence[str] | None, int]],
         recover: Any,
         announce_sql: tuple[str, list[Any]] | None,
+        in_force: Sequence[Limit] = (),
     ) -> LimitedClaim:
-        """Lock, recover, count, pick, claim and log the starts: one transaction."""
+        """Lock, recover, count, pick, claim and log the starts: one transaction.
+
+        `limits` are those that can apply to this claim; `in_force`, every
+        limit in force, tells the pruning of the start log what to keep.
+        """
         executor = self.executor
         executor.verify_protocol()
         window = max(_WINDOW_MIN, _WINDOW_PER_SLOT * sum(n for _, n in plan))
@@ -354,7 +363,7 @@ class LimitedClaims:
                 ]
                 if started:
                     FlowStart.objects.using(self.using).bulk_create(started)
-            self._prune(limits, now)
+            self._prune(limits, in_force or limits, now)
             if announce_sql is not None:
                 executor.run_sql(*announce_sql)
         retry_in = None if pick.retry_at is None else max(1, pick.retry_at - now)
@@ -428,11 +437,32 @@ class LimitedClaims:
         locked = rows.values_list("id", "queue", "name", "flow__concurrency_key")[:window]
         return locked.select_for_update(skip_locked=True, of=("self",))
 
-    def _prune(self, limits: Sequence[Limit], now: int) -> None:
-        """Now and then, drop the starts no window reaches any more (all of them without a rate limit)."""
+    def _prune(self, limits: Sequence[Limit], in_force: Sequence[Limit], now: int) -> None:
+        """Now and then, drop the starts no window reaches any more.
+
+        Only this claim's rate limits' rows are pruned to their period (a key
+        prefix's to the longest key-prefix period in force: LIKE ignores case
+        on SQLite, so a prefix's rows may include another's). Everything else
+        is kept a day, or the longest period in force: a limit this worker
+        does not know yet must not lose its window.
+        """
         if time.monotonic() < self._prune_at:
             return
         self._prune_at = time.monotonic() + _PRUNE_EVERY_S
-        longest = max((limit.per_ms or 0 for limit in limits if limit.rate is not None), default=0)
-        FlowStart.objects.using(self.using).filter(started_at_ms__lte=now - longest).delete()
+        log = FlowStart.objects.using(self.using)
+        periods = [limit.per_ms or 0 for limit in in_force if limit.rate is not None]
+        log.filter(started_at_ms__lte=now - max([_KEEP_UNCLAIMED_MS, *periods])).delete()
+        prefix_period = max((
+            limit.per_ms or 0 for limit in in_force
+            if limit.rate is not None and limit.scope == "key_prefix"
+        ), default=0)
+        for limit in limits:
+            if limit.rate is None or limit.per_ms is None:
+                continue
+            if limit.scope == "key_prefix":
+                rows = log.filter(scope="key_prefix", value__startswith=limit.value,
+                                  started_at_ms__lte=now - max(limit.per_ms, prefix_period))
+            else:
+                rows = log.filter(scope=limit.scope, value=limit.value, started_at_ms__lte=now - limit.per_ms)
+            rows.delete()
 
