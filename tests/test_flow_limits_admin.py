@@ -258,3 +258,12 @@ def test_hostile_form_posts_never_fail(admin_client, store):
     for row in FlowLimit.objects.all():
         assert row.concurrency is None or 1 <= row.concurrency <= 2**31 - 1
         assert row.per_ms is None or row.per_ms >= 1
+
+
+def test_invalid_limit_settings_are_said_on_the_dashboard_not_a_500(admin_client, store, settings):
+    settings.CAIRNQ = {"LIMITS": [{"name": "<b>x</b>", "concurrency": 0}]}
+    response = admin_client.get(DASHBOARD)
+    assert response.status_code == 200
+    page = response.content.decode()
+    assert 'id="cq-limits-error"' in page and "concurrency" in page
+    assert "<b>x</b>" not in page
