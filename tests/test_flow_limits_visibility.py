@@ -74,6 +74,7 @@ def test_limit_unlimit_and_limits_round_trip(store):
     assert "No flow limits" in queue("limits")
     out = queue("limit", "--name", "reports.generate", "--concurrency", "3")
     assert "Limited task name 'reports.generate' to 3 running." in out
+    assert "Workers apply it within about a second." in out
     out = queue("limit", "--key-prefix", "account:", "--concurrency", "1")
     assert "'account:' to 1 running per key" in out
     out = queue("limit", "--queue", "partner", "--rate", "20", "--per", "1s")
@@ -137,9 +138,25 @@ def test_limits_shows_the_use_of_each_limit(busy):
     assert "2/20 in 1m" in text
 
 
+def test_lift_removes_a_settings_limit_until_unlimit(store, limited):
+    out = queue("limit", "--name", "reports.generate", "--lift")
+    assert "Lifted every limit on task name 'reports.generate' until unlimit." in out
+    assert ("name", "reports.generate") not in {(x.scope, x.value) for x in effective_limits()}
+    text = queue("limits")
+    assert "No limit on task name 'reports.generate': lifted at run time" in text
+    data = json.loads(queue("limits", "--json"))
+    assert data["lifted"] == [{"scope": "name", "value": "reports.generate"}]
+    assert "reports.generate" not in {row["value"] for row in data["limits"]}
+    out = queue("unlimit", "--name", "reports.generate")
+    assert "CAIRNQ['LIMITS'] still limits it: 3 running." in out
+    assert json.loads(queue("limits", "--json"))["lifted"] == []
+
+
 @pytest.mark.parametrize("args, message", [
     (("limit",), "limit needs one of --queue, --name or --key-prefix"),
     (("limit", "--name", "x"), "limit needs --concurrency, --rate or both"),
+    (("limit", "--name", "x", "--lift", "--concurrency", "2"), "--lift goes alone"),
+    (("unlimit", "--name", "x", "--lift"), "--lift goes with limit only"),
     (("limit", "--name", "x", "--concurrency", "1", "--per", "1s"),
      "--per is the period of a --rate; give the rate too"),
     (("unlimit",), "unlimit needs one of --queue, --name or --key-prefix"),

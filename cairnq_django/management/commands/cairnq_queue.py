@@ -21,7 +21,7 @@ from django.db.utils import Error as DatabaseError
 
 from ...conf import cairnq_settings
 from ...errors import TablesMissing
-from ...flow.limits import clear_limit, effective_limits, limit_usage, set_limit
+from ...flow.limits import clear_limit, effective_limits, limit_usage, runtime_limits, set_limit
 from ...flow.pausing import pause_queue, queue_states, resume_queue
 from ...observability.flow import (
     SCOPE_LABELS,
@@ -91,8 +91,10 @@ and list the fleet-wide flow limits, without restarting any worker.
   limit SCOPE LIMIT set a runtime limit; workers apply it within about a
                     second. It replaces a CAIRNQ['LIMITS'] entry on the same
                     queue, name or prefix until it is cleared.
-  unlimit SCOPE     clear the runtime limit; the CAIRNQ['LIMITS'] entry on
-                    it, if any, applies again
+  limit SCOPE --lift
+                    no limit on it at all, lifting the CAIRNQ['LIMITS'] entry
+  unlimit SCOPE     clear the runtime limit (or lift); the CAIRNQ['LIMITS']
+                    entry on it, if any, applies again
 
 SCOPE is --queue QUEUE, --name TASK_NAME or --key-prefix PREFIX; LIMIT is
 --concurrency N (at most N running at once), --rate N [--per DURATION] (at
@@ -146,6 +148,11 @@ examples:
             help="At most N starts per period (a sliding window) across the fleet.",
         )
         values.add_argument(
+            "--lift", action="store_true",
+            help="Instead of a limit: no limit on it at all, lifting the CAIRNQ['LIMITS'] entry "
+            "on the same queue, name or prefix until unlimit.",
+        )
+        values.add_argument(
             "--per", type=_per, metavar="DURATION",
             help="The rate's period: milliseconds or a number with a unit (500ms, 1s, 1m, 1h). "
             "Default: 1s.",
@@ -191,6 +198,8 @@ examples:
         """Refuse, in one line, options that do not go with the action."""
         scoped = [option for option in SCOPE_OPTIONS if options[option] is not None]
         values = [o for o in ("concurrency", "rate", "per") if options[o] is not None]
+        if options["lift"]:
+            values.append("lift")
         if action in ("list", "limits") and queue is not None:
             raise CommandError(f"{action} takes no queue name.")
         if action in ("pause", "resume") and queue is None:
@@ -210,8 +219,10 @@ examples:
             )
         if action != "limit" and values:
             raise CommandError(f"--{values[0]} goes with limit only.")
-        if action == "limit" and options["concurrency"] is None and options["rate"] is None:
-            raise CommandError("limit needs --concurrency, --rate or both.")
+        if action == "limit" and options["lift"] and values != ["lift"]:
+            raise CommandError("--lift goes alone: it sets no limit at all.")
+        if action == "limit" and not values:
+            raise CommandError("limit needs --concurrency, --rate or both (or --lift).")
         if options["per"] is not None and options["rate"] is None:
             raise CommandError("--per is the period of a --rate; give the rate too.")
 
@@ -224,9 +235,10 @@ examples:
                 per=options["per"], using=using, by=BY,
             )
             self.stdout.write(
-                f"Limited {_what(scope)} {value!r} to {limit_text(limit)}. "
-                "Workers apply it within about a second."
+                f"Lifted every limit on {_what(scope)} {value!r} until unlimit."
+                if limit.is_lifted else f"Limited {_what(scope)} {value!r} to {limit_text(limit)}."
             )
+            self.stdout.write("Workers apply it within about a second.")
             return
         if clear_limit(scope, value, using=using, by=BY):
             self.stdout.write(f"Cleared the runtime limit on {_what(scope)} {value!r}.")
@@ -240,15 +252,26 @@ examples:
             self.stdout.write(f"CAIRNQ['LIMITS'] still limits it: {limit_text(still)}.")
 
     def _limits(self, using: str, as_json: bool) -> None:
+        # Lifted ones are in force as "no limit", so limit_usage leaves them out: say them apart.
+        lifted = [limit for limit in runtime_limits(using) if limit.is_lifted]
         if as_json:
-            self.stdout.write(json.dumps({"limits": limit_rows(using)}, indent=2))
+            self.stdout.write(json.dumps({
+                "limits": limit_rows(using),
+                "lifted": [{"scope": limit.scope, "value": limit.value} for limit in lifted],
+            }, indent=2))
             return
         usages = limit_usage(using=using)
-        if not usages:
+        if not usages and not lifted:
             self.stdout.write("No flow limits: none in CAIRNQ['LIMITS'], none set at run time.")
             return
-        for line in limits_table(usages, busiest_keys(using, usages)):
-            self.stdout.write(line)
+        if usages:
+            for line in limits_table(usages, busiest_keys(using, usages)):
+                self.stdout.write(line)
+        for limit in lifted:
+            self.stdout.write(
+                f"No limit on {_what(limit.scope)} {limit.value!r}: lifted at run time (unlimit "
+                "restores CAIRNQ['LIMITS'])."
+            )
 
     def _list(self, using: str, as_json: bool) -> None:
         rows = queue_rows(using)
