@@ -48,11 +48,15 @@ if TYPE_CHECKING:
         wait_by_key,
     )
     from .client import list_tasks as list  # noqa: A004
+    from .flow.limits import Limit, LimitUsage, clear_limit, effective_limits, limit_usage, set_limit
     from .flow.pausing import pause_queue, paused_queues, resume_queue
     from .worker import TaskContext, register, task
 
 _WORKER_NAMES = frozenset({"TaskContext", "register", "task"})
 _FLOW_NAMES = frozenset({"pause_queue", "paused_queues", "resume_queue"})
+_LIMIT_NAMES = frozenset(
+    {"Limit", "LimitUsage", "clear_limit", "effective_limits", "limit_usage", "set_limit"}
+)
 
 
 def __getattr__(name: str) -> Any:
@@ -67,6 +71,10 @@ def __getattr__(name: str) -> Any:
         from .flow import pausing
 
         return getattr(pausing, name)
+    if name in _LIMIT_NAMES:
+        from .flow import limits
+
+        return getattr(limits, name)
     if name in __all__:
         from . import client
 
@@ -79,6 +87,8 @@ __all__ = [
     "AlreadyExists",
     "CairnQError",
     "HeartbeatLate",
+    "Limit",
+    "LimitUsage",
     "LostLease",
     "PendingTask",
     "ProtocolVersionMismatch",
@@ -107,10 +117,13 @@ __all__ = [
     "await_task_by_key",
     "call",
     "cancel",
+    "clear_limit",
+    "effective_limits",
     "enqueue",
     "enqueue_many",
     "get",
     "get_by_key",
+    "limit_usage",
     "list",
     "list_tasks",
     "pause_queue",
@@ -119,6 +132,7 @@ __all__ = [
     "register",
     "resume_queue",
     "retry",
+    "set_limit",
     "stats",
     "task",
     "wait",

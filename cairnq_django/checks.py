@@ -14,6 +14,7 @@ from django.db import DEFAULT_DB_ALIAS
 from django.utils.module_loading import import_string
 
 from .conf import DEFAULTS, DURATION_KEYS, cairnq_settings, to_ms
+from .records import limit_from_setting
 from .retention import retention_config_errors
 from .schedules.config import SETTING, Schedule, read_schedule
 from .validators import is_integer
@@ -106,6 +107,47 @@ def check_settings(
         Error(message, hint=hint, id="cairnq.E020")
         for message, hint in retention_config_errors(user.get("RETENTION"))
     ]
+    errors += _check_limits(user.get("LIMITS", DEFAULTS["LIMITS"]))
+    return errors
+
+
+_LIMITS_HINT = (
+    'Each limit is a dict naming one of "queue", "name" or "key_prefix" and a positive '
+    '"concurrency", a positive "rate" (starts per "per", a timedelta or ms, default 1 s), '
+    'or both, e.g. {"name": "reports.generate", "concurrency": 3}.'
+)
+
+
+def _check_limits(entries: Any) -> list[CheckMessage]:
+    """CAIRNQ["LIMITS"]: each entry valid (cairnq.E040), no scope and value twice (cairnq.E041)."""
+    if entries is None:
+        return []
+    if not isinstance(entries, (list, tuple)):
+        return [Error(
+            f"settings.CAIRNQ['LIMITS'] must be a list of limits, not {entries!r}.",
+            hint=_LIMITS_HINT, id="cairnq.E040",
+        )]
+    errors: list[CheckMessage] = []
+    seen: dict[tuple[str, str], int] = {}
+    for index, entry in enumerate(entries):
+        try:
+            limit = limit_from_setting(entry)
+        except ValueError as exc:
+            errors.append(Error(
+                f"settings.CAIRNQ['LIMITS'][{index}] is invalid: {exc}", hint=_LIMITS_HINT,
+                id="cairnq.E040",
+            ))
+            continue
+        key = (limit.scope, limit.value)
+        if key in seen:
+            errors.append(Error(
+                f"settings.CAIRNQ['LIMITS'][{index}] limits {limit.scope} {limit.value!r} again "
+                f"(entry {seen[key]} already does).",
+                hint="Give each queue, name or key prefix one entry, with its concurrency and rate together.",
+                id="cairnq.E041",
+            ))
+        else:
+            seen[key] = index
     return errors
 
 

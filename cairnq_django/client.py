@@ -69,6 +69,7 @@ def enqueue(
     delay: timedelta | int | None = None,
     run_at: datetime | None = None,
     correlation_id: str | None = None,
+    concurrency_key: str | None = None,
     using: str | None = None,
     on_commit: bool | None = None,
 ) -> TaskRecord | PendingTask:
@@ -79,6 +80,10 @@ def enqueue(
     settings.CAIRNQ['ENQUEUE_ON_COMMIT']) the write waits for the caller's
     transaction on the default database to commit, for a queue kept in a
     separate database; a PendingTask is returned then.
+
+    `concurrency_key` ("account:42") puts the task under the key_prefix
+    limits whose prefix it starts with (flow/limits.py): at most their
+    concurrency of that key's tasks run at once, fleet-wide.
     """
     store = get_store(using)
     validators.check_conflict(conflict)
@@ -94,6 +99,7 @@ def enqueue(
             metadata=metadata,
             correlation_id=correlation_id,
             delay_ms=_delay_ms(delay, run_at),
+            concurrency_key=concurrency_key,
         )
         if on_commit is None:
             on_commit = cairnq_settings.ENQUEUE_ON_COMMIT
@@ -130,7 +136,7 @@ def _write(
 
 _MANY_OPTIONS = {
     "queue", "key", "conflict", "max_attempts", "priority", "metadata", "delay", "run_at",
-    "correlation_id",
+    "correlation_id", "concurrency_key",
 }
 
 
@@ -192,6 +198,7 @@ def enqueue_many(
                     metadata=metadata,
                     correlation_id=item.get("correlation_id"),
                     delay_ms=_delay_ms(item.get("delay"), item.get("run_at")),
+                    concurrency_key=item.get("concurrency_key"),
                 )
             )
             _check_key(item.get("key"))

@@ -12,7 +12,7 @@ from typing import Any
 
 from django.conf import settings as django_settings
 
-from .records import DEFAULT_LEASE_MS, DEFAULT_QUEUE
+from .records import DEFAULT_LEASE_MS, DEFAULT_QUEUE, Limit, limit_from_setting
 
 DEFAULTS: dict[str, Any] = {
     # Alias of the database holding the CairnQ tables.
@@ -67,6 +67,10 @@ DEFAULTS: dict[str, Any] = {
     # Periodic tasks: {name: {"task": ..., "cron": ... or "every": ..., ...}}
     # (see cairnq_django/schedules/config.py); workers run them by default.
     "SCHEDULE": None,
+    # Fleet-wide flow limits (flow/limits.py): a list of dicts, each naming one
+    # of "queue", "name" or "key_prefix" and a "concurrency", a "rate" (starts
+    # per "per", a timedelta or ms, default 1 s) or both.
+    "LIMITS": [],
 }
 
 DURATION_KEYS = {
@@ -121,6 +125,17 @@ class CairnQSettings:
         if isinstance(limit, dict):
             return limit.get(queue, limit.get("*"))
         return limit
+
+    def limits(self) -> list[Limit]:
+        """CAIRNQ["LIMITS"] as Limits (source "settings"); ValueError for an invalid entry.
+
+        The system checks (checks.py) report invalid entries at start-up with
+        their position; this raises on the first one.
+        """
+        entries = self.raw("LIMITS") or []
+        if not isinstance(entries, (list, tuple)):
+            raise ValueError(f'CAIRNQ["LIMITS"] must be a list of dicts, got {entries!r}.')
+        return [limit_from_setting(entry) for entry in entries]
 
 
 cairnq_settings = CairnQSettings()

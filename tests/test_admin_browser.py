@@ -293,3 +293,65 @@ def test_a_failed_tasks_page_shows_its_traceback_as_lines(browser, live_server, 
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "admin-task-error.png"), full_page=True)
     page.close()
+
+
+@pytest.mark.slow
+def test_an_operator_sees_the_flow_limits_and_sets_and_clears_one(
+    browser, live_server, live_store, settings
+):
+    from datetime import timedelta
+
+    from cairnq_django import effective_limits, enqueue
+
+    store = live_store
+    settings.CAIRNQ = {"LIMITS": [
+        {"name": "reports.generate", "concurrency": 2},
+        {"key_prefix": "account:", "concurrency": 1},
+        {"queue": "partner", "rate": 20, "per": timedelta(minutes=1)},
+    ]}
+    for _ in range(5):
+        enqueue("reports.generate", {})
+    for key in ("account:7", "account:7", "account:9"):
+        enqueue("accounts.sync", {}, queue="accounts", concurrency_key=key)
+    for _ in range(3):
+        enqueue("partner.call", {}, queue="partner")
+    for queue in ("default", "accounts", "partner"):
+        store.claim_limited(limits=effective_limits(), queues=[queue], worker_id="w1", limit=8)
+    _user("operator", "view_task", "change_limits")
+    page = _login(browser, live_server, "operator")
+    page.set_viewport_size({"width": 1400, "height": 900})
+    page.goto(f"{live_server.url}/admin/cairnq_django/task/dashboard/")
+    page.wait_for_selector("#cq-limits")
+
+    name_row = page.locator('#cq-limits tr[data-scope="name"][data-value="reports.generate"]')
+    assert name_row.get_attribute("class") == "cq-limit-full"
+    assert name_row.locator(".cq-limit-running").inner_text() == "2/2"
+    assert "cq-limit-at" in name_row.locator(".cq-limit-running").get_attribute("class")
+    assert name_row.locator(".cq-limit-held").inner_text() == "3"
+    key_row = page.locator('#cq-limits tr[data-scope="key_prefix"]')
+    assert "2 keys at the limit" in key_row.inner_text()
+    assert page.locator('#cq-limits tr[data-scope="queue"] .cq-limit-starts').inner_text() == (
+        "3/20 per 1m"
+    )
+    ARTIFACTS.mkdir(exist_ok=True)
+    page.locator("#cq-limits").scroll_into_view_if_needed()
+    page.screenshot(path=str(ARTIFACTS / "admin-dashboard-limits.png"), full_page=True)
+
+    # Raise the name's limit from the form: the panel shows the runtime limit, a Clear button.
+    page.select_option("#cq-limit-form select[name=scope]", "name")
+    page.fill("#cq-limit-form input[name=value]", "reports.generate")
+    page.fill("#cq-limit-form input[name=concurrency]", "4")
+    with page.expect_navigation():
+        page.click("#cq-limit-form button[type=submit]")
+    assert _messages(page) == ["Limited task name “reports.generate” to 4 running."]
+    name_row = page.locator('#cq-limits tr[data-scope="name"][data-value="reports.generate"]')
+    assert name_row.locator(".cq-limit-source").inner_text() == "runtime"
+    assert name_row.locator(".cq-limit-running").inner_text() == "2/4"
+    page.screenshot(path=str(ARTIFACTS / "admin-dashboard-limits-set.png"), full_page=True)
+    with page.expect_navigation():
+        name_row.locator("form.cq-limit-clear button").click()
+    assert _messages(page) == ["Cleared the runtime limit on task name “reports.generate”."]
+    name_row = page.locator('#cq-limits tr[data-scope="name"][data-value="reports.generate"]')
+    assert name_row.locator(".cq-limit-source").inner_text() == "settings"
+    assert page.locator("form.cq-limit-clear").count() == 0
+    page.close()

@@ -93,6 +93,41 @@ def test_the_check_refuses_exactly_the_batch_sizes_the_sweeper_refuses(value):
     assert reported == refused
 
 
+@pytest.mark.parametrize(
+    "limits, expected",
+    [
+        ([{"name": "reports.generate", "concurrency": 3},
+          {"queue": "partner", "rate": 20, "per": timedelta(seconds=1)},
+          {"key_prefix": "account:", "concurrency": 1, "rate": 1000, "per": 3_600_000}], []),
+        ([], []),
+        ({"name": "x", "concurrency": 1}, ["cairnq.E040"]),
+        (["name"], ["cairnq.E040"]),
+        ([{"concurrency": 1}], ["cairnq.E040"]),
+        ([{"name": "x", "queue": "y", "concurrency": 1}], ["cairnq.E040"]),
+        ([{"name": "x"}], ["cairnq.E040"]),
+        ([{"name": "", "concurrency": 1}], ["cairnq.E040"]),
+        ([{"name": "x", "concurrency": 0}], ["cairnq.E040"]),
+        ([{"name": "x", "concurrency": "3"}], ["cairnq.E040"]),
+        ([{"name": "x", "rate": -1}], ["cairnq.E040"]),
+        ([{"name": "x", "rate": 5, "per": 0}], ["cairnq.E040"]),
+        ([{"name": "x", "rate": 5, "per": "1s"}], ["cairnq.E040"]),
+        ([{"name": "x", "concurrency": 1, "per": 1000}], ["cairnq.E040"]),
+        ([{"name": "x", "concurrency": 1, "burst": 2}], ["cairnq.E040"]),
+        ([{"name": "x", "concurrency": 1}, {"name": "x", "rate": 2}], ["cairnq.E041"]),
+        ([{"name": "x", "concurrency": 1}, {"queue": "x", "concurrency": 1}], []),
+    ],
+)
+def test_limits_checks(limits, expected):
+    assert ids(run_checks({"LIMITS": limits})) == expected
+
+
+def test_a_limit_error_names_the_entry_and_what_is_wrong():
+    [error] = run_checks({"LIMITS": [{"name": "a", "concurrency": 1}, {"queue": "b", "concurrency": 0}]})
+    assert "settings.CAIRNQ['LIMITS'][1]" in error.msg
+    assert "concurrency must be a positive integer" in error.msg
+    assert "key_prefix" in error.hint
+
+
 def test_settings_must_be_a_dict():
     with override_settings(CAIRNQ=["DATABASE", "default"]):
         assert ids(check_settings() + check_database()) == ["cairnq.E001"]

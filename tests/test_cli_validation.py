@@ -45,6 +45,21 @@ BAD_OPTIONS = [
      "number with a unit (ms, s, m, h, d, w), e.g. 30m, 2h or 7d."),
     ("cairnq_health", ["--database", "nope"],
      f"argument --database: 'nope' is not in settings.DATABASES; use one of {KNOWN_ALIASES}"),
+    ("cairnq_queue", ["limit", "--name", "x", "--concurrency", "0"],
+     "argument --concurrency: expected an integer >= 1, got '0'"),
+    ("cairnq_queue", ["limit", "--name", "x", "--concurrency", "three"],
+     "argument --concurrency: expected an integer, got 'three'"),
+    ("cairnq_queue", ["limit", "--name", "x", "--concurrency", "2147483648"],
+     "argument --concurrency: expected an integer <= 2147483647, got '2147483648'"),
+    ("cairnq_queue", ["limit", "--queue", "x", "--rate", "-1"],
+     "argument --rate: expected an integer >= 1, got '-1'"),
+    ("cairnq_queue", ["limit", "--queue", "x", "--rate", "20", "--per", "a second"],
+     "argument --per: 'a second' is not a duration; write a number of milliseconds or a "
+     "number with a unit (ms, s, m, h, d, w), e.g. 30m, 2h or 7d."),
+    ("cairnq_queue", ["limit", "--queue", "x", "--rate", "20", "--per", "0s"],
+     "argument --per: a rate's period must be at least 1 ms, got '0s'"),
+    ("cairnq_queue", ["limit", "--name", "x", "--queue", "y"],
+     "argument --queue: not allowed with argument --name"),
 ]
 IDS = [f"{command} {' '.join(args[-2:])}" for command, args, _ in BAD_OPTIONS]
 
@@ -81,6 +96,11 @@ def test_good_values_arrive_converted():
     assert parse("cairnq_schedule")["count"] == 1
     assert parse("cairnq_status", "--database", "default")["database"] == "default"
     assert parse("cairnq_health", "--max-age", "90s")["max_age"] == 90_000
+    options = parse("cairnq_queue", "limit", "--key-prefix", "account:", "--rate", "20",
+                    "--per", "1m", "--concurrency", "1")
+    assert (options["limit_key_prefix"], options["rate"], options["per"], options["concurrency"]) == (
+        "account:", 20, 60_000, 1
+    )
 
 
 def test_cli_integer_bounds():

@@ -143,7 +143,7 @@ def test_the_command_pauses_lists_and_resumes(store):
     (("pause",), "pause needs the name of a queue"),
     (("resume",), "resume needs the name of a queue"),
     (("list", "emails"), "list takes no queue name"),
-    (("pause", "emails", "--json"), "--json goes with list only"),
+    (("pause", "emails", "--json"), "--json goes with list and limits only"),
     (("pause", ""), "queue must be a non-empty string"),
     (("pause", "x" * 300), "at most 255 characters"),
 ])

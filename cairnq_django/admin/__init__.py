@@ -2,7 +2,8 @@
 
 Django's admin autodiscovery imports this package, and importing it registers
 TaskAdmin (task_admin.py), WorkerAdmin (views/workers.py), ScheduleAdmin
-(schedule_admin.py) and QueueStateAdmin (queue_state_admin.py). The other
+(schedule_admin.py), QueueStateAdmin (queue_state_admin.py) and
+FlowLimitAdmin (flow_limit_admin.py). The other
 modules: task_base.py (what the actions and views rely on), changelist.py
 (paging and sorting the list), filters.py, actions.py (cancel, retry, purge),
 task_fields.py (the task page's fields), display.py (times, raw JSON),
@@ -18,9 +19,10 @@ from django.apps import apps
 # A project without django.contrib.admin has no admin site (nor LogEntry) to
 # register with; importing the package there registers nothing.
 if apps.is_installed("django.contrib.admin"):
+    from .flow_limit_admin import FlowLimitAdmin
     from .queue_state_admin import QueueStateAdmin
     from .schedule_admin import ScheduleAdmin
     from .task_admin import TaskAdmin
     from .views.workers import WorkerAdmin
 
-    __all__ = ["QueueStateAdmin", "ScheduleAdmin", "TaskAdmin", "WorkerAdmin"]
+    __all__ = ["FlowLimitAdmin", "QueueStateAdmin", "ScheduleAdmin", "TaskAdmin", "WorkerAdmin"]

@@ -101,6 +101,7 @@ class CairnQBackend(compat.BaseTaskBackend):
                 max_attempts=getattr(task, "max_attempts", None) or self.max_attempts,
                 key=getattr(task, "key", None),
                 conflict=getattr(task, "conflict", DEFAULT_CONFLICT),
+                concurrency_key=getattr(task, "concurrency_key", None),
                 using=self.database,
                 on_commit=self.on_commit,
             )

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from .. import compat
-from ..records import DEFAULT_CONFLICT
+from ..records import DEFAULT_CONFLICT, MAX_LIMIT_VALUE_LENGTH
 from ..validators import (
     MAX_KEY_LENGTH,
     MAX_NAME_LENGTH,
@@ -43,6 +43,8 @@ class CairnQTask(compat.Task):
     # A business key and what to do when it is taken (see cairnq_django.enqueue).
     key: str | None = None
     conflict: str = DEFAULT_CONFLICT
+    # Under the key_prefix flow limits its prefix matches (see cairnq_django.enqueue).
+    concurrency_key: str | None = None
 
     def using(
         self,
@@ -55,6 +57,7 @@ class CairnQTask(compat.Task):
         max_attempts: int | None = None,
         key: str | None = None,
         conflict: str | None = None,
+        concurrency_key: str | None = None,
     ) -> CairnQTask:
         """Create a new Task with modified defaults (and CairnQ options)."""
         changes: dict[str, Any] = {
@@ -63,6 +66,7 @@ class CairnQTask(compat.Task):
                 ("priority", priority), ("queue_name", queue_name), ("run_after", run_after),
                 ("backend", backend), ("cairnq_name", cairnq_name),
                 ("max_attempts", max_attempts), ("key", key), ("conflict", conflict),
+                ("concurrency_key", concurrency_key),
             )
             if value is not None
         }
@@ -79,6 +83,10 @@ def validate_extras(task: Any) -> None:
     try:
         check_label("Task name", row_name(task), MAX_NAME_LENGTH)
         check_label("key", getattr(task, "key", None), MAX_KEY_LENGTH, optional=True)
+        check_label(
+            "concurrency_key", getattr(task, "concurrency_key", None), MAX_LIMIT_VALUE_LENGTH,
+            optional=True,
+        )
         max_attempts = getattr(task, "max_attempts", None)
         if max_attempts is not None:
             check_integer("max_attempts", max_attempts)

@@ -69,6 +69,14 @@ class CascadingForeignKey(models.ForeignKey):
             f" {related_model._meta.db_table}({target.column}) ON DELETE CASCADE"
         )
 
+    def get_placeholder(self, value: Any, compiler: Any, connection: BaseDatabaseWrapper) -> str:
+        """A plain placeholder; defining one keeps bulk_create off PostgreSQL's UNNEST insert.
+
+        That insert casts each column's values to `db_type()`'s array, which
+        here carries the inline REFERENCES clause and is no type.
+        """
+        return "%s"
+
 
 class CascadingOneToOneField(CascadingForeignKey, models.OneToOneField):
     """CascadingForeignKey for a table with at most one row per task (the app's own tables).

@@ -59,6 +59,16 @@ class TaskQuerySet(models.QuerySet):
             lease_until_ms__isnull=False, lease_until_ms__lte=now or NowMs(),
         )
 
+    def holding_slot(self, now: int | Expression | None = None) -> TaskQuerySet:
+        """Running under a lease that has not expired: what a concurrency limit counts.
+
+        A task whose worker died stops counting when its lease runs out.
+        """
+        return self.filter(
+            LiteralIn("status", ("running",)),
+            lease_until_ms__isnull=False, lease_until_ms__gt=now or NowMs(),
+        )
+
     def owned(self, worker_id: Any, now: int | Expression | None = None) -> TaskQuerySet:
         """Running under worker_id's unexpired lease: what a settle or renewal may touch."""
         return self.filter(

@@ -3,7 +3,8 @@
 Two halves, because they are true in different places:
 
 - Gauges read from the database (QueueCollector): tasks by queue and status,
-  the age of each queue's oldest due task, live and gone workers. Any process
+  the age of each queue's oldest due task, live and gone workers, and each
+  flow limit's use (running, starts in its window, held back). Any process
   can compute them and they are right however many workers run, so they are
   served by a view you mount in your urls (see views.metrics).
 - Counters and histograms counted by each worker as its tasks run
@@ -36,7 +37,7 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 from .. import signals
 from ..records import STATUSES, TERMINAL_STATUSES, TaskRecord
 from . import DEFAULT_METRICS_ADDR
-from .overview import overview
+from .overview import Overview, overview
 
 logger = logging.getLogger("cairnq_django.worker")
 
@@ -77,6 +78,44 @@ class QueueCollector:
         workers.add_metric(["live"], live)
         workers.add_metric(["gone"], len(view.workers) - live)
         yield from (tasks, oldest, serving, workers)
+        yield from limit_gauges(view)
+
+
+def limit_gauges(view: Overview) -> Iterator[GaugeMetricFamily]:
+    """One series per flow limit in force and gauge, labelled by its scope and value.
+
+    A limit without a concurrency has no cairnq_flow_limit_concurrency
+    series, one without a rate no rate or starts series, so an alert on
+    `running >= concurrency` only matches limits that have both.
+    """
+    labels = ["scope", "value"]
+
+    def gauge(name: str, text: str) -> GaugeMetricFamily:
+        return GaugeMetricFamily(f"cairnq_flow_limit_{name}", text, labels=labels)
+
+    running = gauge("running", "Tasks running under the limit now (key prefix: the busiest key).")
+    concurrency = gauge("concurrency", "The most that may run at once (key prefix: per key).")
+    starts = gauge(
+        "starts_in_window", "Starts in the rate's current window (key prefix: the busiest key)."
+    )
+    rate = gauge("rate", "The most starts per window (key prefix: per key).")
+    period = gauge("rate_period_seconds", "The rate's window.")
+    held = gauge("held", "Due queued tasks this limit keeps from starting now.")
+    full_keys = gauge("keys_at_limit", "Key prefix limits: keys with every slot or start used.")
+    for usage in view.limits:
+        limit = usage.limit
+        values = [limit.scope, limit.value]
+        running.add_metric(values, usage.running)
+        held.add_metric(values, usage.held)
+        if limit.concurrency is not None:
+            concurrency.add_metric(values, limit.concurrency)
+        if limit.rate is not None and limit.per_ms is not None:
+            rate.add_metric(values, limit.rate)
+            period.add_metric(values, limit.per_ms / 1000)
+            starts.add_metric(values, usage.starts_in_window)
+        if limit.scope == "key_prefix":
+            full_keys.add_metric(values, usage.keys_at_limit)
+    yield from (running, concurrency, starts, rate, period, held, full_keys)
 
 
 def queue_registry(using: str | None = None) -> CollectorRegistry:

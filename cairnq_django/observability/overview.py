@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..flow.limits import LimitUsage, limit_usage
 from ..flow.pausing import paused_queues
 from ..models import Task
 from ..store import get_store
 from ..store.admin_reads import QueueStats, queue_stats
+from .flow import busiest_keys
 from .models import WorkerRecord
 
 
@@ -42,6 +44,13 @@ class Overview:
     workers: list[WorkerView]
     # Queues no Django worker claims from (flow/pausing.py), sorted.
     paused: list[str] = field(default_factory=list)
+    # Each flow limit in force and its use (flow/limits.py), settings first.
+    limits: list[LimitUsage] = field(default_factory=list)
+    # Why `limits` is empty although limits are configured: CAIRNQ["LIMITS"]
+    # is invalid (the system checks say where). The pages still render.
+    limits_error: str | None = None
+    # Per key_prefix limit's prefix, the key with the most running tasks.
+    busiest_keys: dict[str, str] = field(default_factory=dict)
 
     def live_workers_for(self, queue: str) -> list[WorkerView]:
         return [w for w in self.workers if w.live and queue in w.record.queues]
@@ -71,7 +80,12 @@ def overview(using: str | None = None) -> Overview:
     """Read the queue × status table, the oldest due ages and the workers."""
     using = using or get_store().using
     now = database_now_ms(using)
+    try:
+        limits, limits_error = limit_usage(using=using), None
+    except ValueError as exc:
+        limits, limits_error = [], str(exc)
     return Overview(
         now_ms=now, queues=queue_stats(using, now), workers=workers(using, now),
-        paused=paused_queues(using=using),
+        paused=paused_queues(using=using), limits=limits, limits_error=limits_error,
+        busiest_keys=busiest_keys(using, limits),
     )

@@ -19,11 +19,13 @@ from django.db.models import Count
 from .. import jsoncodec
 from ..errors import AlreadyExists
 from ..ids import new_task_id, now_ms
+from ..models import TaskFlow
 from ..records import (
     DEFAULT_CONFLICT,
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_PRIORITY,
     DEFAULT_QUEUE,
+    MAX_LIMIT_VALUE_LENGTH,
     STATUSES,
     TERMINAL_STATUSES,
     TaskRecord,
@@ -89,9 +91,11 @@ class ApplicationOperations:
         delay_ms: int = 0,
         parent_id: str | None = None,
         root_id: str | None = None,
+        concurrency_key: str | None = None,
     ) -> dict[str, Any]:
         """Validate and encode one task for insertion; raises before any write."""
         check_label("Task name", name, MAX_NAME_LENGTH)
+        check_label("concurrency_key", concurrency_key, MAX_LIMIT_VALUE_LENGTH, optional=True)
         check_label("Queue", queue, MAX_QUEUE_LENGTH)
         check_label("correlation_id", correlation_id, MAX_CORRELATION_ID_LENGTH, optional=True)
         check_label("parent_id", parent_id, MAX_CORRELATION_ID_LENGTH, optional=True)
@@ -117,6 +121,8 @@ class ApplicationOperations:
             "parent_id": parent_id,
             "root_id": root_id or task_id,
             "correlation_id": correlation_id,
+            # Not a protocol column: models.TaskFlow's, written with the task (_write_flow).
+            "concurrency_key": concurrency_key,
         }
 
     def _insert(self, specs: Sequence[dict[str, Any]]) -> list[TaskRecord]:
@@ -189,9 +195,16 @@ class ApplicationOperations:
         half-written can commit, without the two round trips of SAVEPOINT and
         RELEASE on every keyed enqueue. `AlreadyExists` is decided before
         anything is written, so it leaves the caller's transaction usable.
+        A concurrency key is a second row (models.TaskFlow), written in the
+        same transaction the same way, so the task never exists without it.
         """
-        if key is None:
+        if key is None and spec.get("concurrency_key") is None:
             return self._insert([spec])[0]
+        if key is None:
+            with transaction.atomic(using=self.using, savepoint=False):
+                task = self._insert([spec])[0]
+                self._write_flow([spec])
+            return task
         with transaction.atomic(using=self.using, savepoint=False):
             try:
                 return self._submit_keyed(spec, key, conflict)
@@ -215,8 +228,18 @@ class ApplicationOperations:
             if not current.is_terminal:
                 self.cancel(current.id)
         task = self._insert([spec])[0]
+        self._write_flow([spec])
         self._point_key(key, task.id)
         return task
+
+    def _write_flow(self, specs: Sequence[dict[str, Any]]) -> None:
+        """The flow rows of the inserted specs that carry a concurrency key (models.TaskFlow)."""
+        rows = [
+            TaskFlow(task_id=spec["id"], concurrency_key=spec["concurrency_key"])
+            for spec in specs if spec.get("concurrency_key") is not None
+        ]
+        if rows:
+            TaskFlow.objects.using(self.using).bulk_create(rows)
 
     def _point_key(self, key: str, task_id: str) -> None:
         """Point `key` at `task_id`, creating the key row or moving it (one upsert)."""
@@ -241,6 +264,7 @@ class ApplicationOperations:
             for start in range(0, len(plain), chunk_size):
                 chunk = plain[start : start + chunk_size]
                 by_id = {task.id: task for task in self._insert([specs[i] for i in chunk])}
+                self._write_flow([specs[i] for i in chunk])
                 for i in chunk:
                     results[i] = by_id[specs[i]["id"]]
             for i, (key, conflict) in enumerate(keys):

@@ -18,12 +18,13 @@ from ..drained import DRAINED_CHANNEL
 from ..errors import LostLease, error_envelope
 from ..jsoncodec import check_text, dumps
 from ..models import TaskFlow
-from ..records import DEFAULT_LEASE_MS, TaskRecord
+from ..records import DEFAULT_LEASE_MS, Limit, TaskRecord
 from ..validators import MAX_DELAY_MS, check_integer
 from . import sql
 from .django_private import is_client_binding
 from .encoding import LEASE_EXPIRED, encode_result, error_json, record
 from .executor import Executor
+from .limited_claim import LimitedClaim, LimitedClaims, relevant_limits
 from .protocol_statements import (
     CLAIM,
     COMPLETE,
@@ -56,6 +57,28 @@ def drained_notify_sql(
     return sql.DRAINED_NOTIFY.format(probe=probe), [DRAINED_CHANNEL, key, *probe_params]
 
 
+def _claim_plan(
+    queues: Sequence[str] | str,
+    lease_ms: int,
+    limit: int,
+    names: Sequence[str] | None,
+    draws: Iterable[tuple[Sequence[str] | None, int]] | None,
+) -> tuple[Sequence[str], list[tuple[Sequence[str] | None, int]]]:
+    """A claim's queues and its draws, checked, without the draws that can take nothing."""
+    if isinstance(queues, str):
+        queues = [queues]
+    if not queues:
+        raise ValueError("claim needs at least one queue.")
+    check_integer("lease_ms", lease_ms)
+    check_integer("limit", limit, minimum=0)
+    plan = [
+        (draw_names, draw_limit)
+        for draw_names, draw_limit in (list(draws) if draws is not None else [(names, limit)])
+        if draw_limit > 0 and (draw_names is None or draw_names)
+    ]
+    return queues, plan
+
+
 class LeaseOperations:
     """Claims and settles over one executor; every write checks that the caller holds the lease."""
 
@@ -63,6 +86,7 @@ class LeaseOperations:
         self.executor = executor
         self.using = executor.using
         self.dialect = executor.dialect
+        self._limited = LimitedClaims(executor)
 
     def has_claimable(self, *, queues: Sequence[str], names: Sequence[str] | None = None) -> bool:
         """Read-only probe: is there due work (or an expired lease) worth a claim?"""
@@ -97,17 +121,7 @@ class LeaseOperations:
         transaction tells the fleet when nothing claimable is left for those
         names (drained.py); elsewhere it is ignored.
         """
-        if isinstance(queues, str):
-            queues = [queues]
-        if not queues:
-            raise ValueError("claim needs at least one queue.")
-        check_integer("lease_ms", lease_ms)
-        check_integer("limit", limit, minimum=0)
-        plan = [
-            (draw_names, draw_limit)
-            for draw_names, draw_limit in (list(draws) if draws is not None else [(names, limit)])
-            if draw_limit > 0 and (draw_names is None or draw_names)
-        ]
+        queues, plan = _claim_plan(queues, lease_ms, limit, names, draws)
         if not self.dialect.has_listen_notify:
             announce = None
         claimed = None
@@ -117,6 +131,44 @@ class LeaseOperations:
             claimed = self._claim_in_transaction(queues, worker_id, lease_ms, plan, announce)
         claimed.sort(key=lambda t: (-t.priority, t.run_at_ms, t.id))
         return claimed
+
+    def claim_limited(
+        self,
+        *,
+        limits: Sequence[Limit],
+        queues: Sequence[str],
+        worker_id: str,
+        lease_ms: int = DEFAULT_LEASE_MS,
+        limit: int = 1,
+        names: Sequence[str] | None = None,
+        draws: Iterable[tuple[Sequence[str] | None, int]] | None = None,
+        announce: tuple[str, Sequence[str]] | None = None,
+    ) -> LimitedClaim:
+        """claim() under fleet-wide flow limits (store/limited_claim.py); `limits` in force.
+
+        With no limits this is claim() itself. With some, one transaction
+        serialized across the fleet takes what the limits allow, in claim
+        order, and says what they held back.
+        """
+        queues, plan = _claim_plan(queues, lease_ms, limit, names, draws)
+        # Only the limits this claim's tasks can fall under: a claim that no
+        # limit concerns changes no limited count, so it need not queue
+        # behind the fleet's limited claims.
+        in_force, limits = limits, relevant_limits(limits, queues, plan)
+        if not limits:
+            return LimitedClaim(self.claim(
+                queues=queues, worker_id=worker_id, lease_ms=lease_ms, draws=plan, announce=announce,
+            ))
+        announce_sql = None
+        if announce is not None and self.dialect.has_listen_notify:
+            announce_sql = drained_notify_sql(self.using, queues, *announce)
+        if not plan:
+            return LimitedClaim([])
+        result = self._limited.claim(
+            limits, queues, worker_id, lease_ms, plan, self.recover_leases, announce_sql, in_force
+        )
+        result.tasks.sort(key=lambda t: (-t.priority, t.run_at_ms, t.id))
+        return result
 
     def _claim_in_transaction(
         self,

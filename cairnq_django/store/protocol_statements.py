@@ -17,6 +17,7 @@ from ..db import transitions
 from ..db.dialects import dialect_of
 from ..db.expressions import (
     JsonParam,
+    LiteralIn,
     NowMs,
     RawText,
     Slot,
@@ -162,6 +163,13 @@ def _build_claim(using: str, queues: int, names: int | None, limit: int) -> Temp
     return _returning_row(tasks_of(using).filter(id__in=chosen), transitions.claim())
 
 
+def _build_claim_ids(using: str, count: int) -> Template:
+    """The claim's transition on chosen rows (the limited claim's), each still queued."""
+    ids = [text_param("id", i) for i in range(count)]
+    queued = tasks_of(using).filter(one_of("id", ids)).filter(LiteralIn("status", ("queued",)))
+    return _returning_row(queued, transitions.claim())
+
+
 def _build_recover(using: str) -> Template:
     expired = tasks_of(using).expired_leases().values("id").select_for_update(skip_locked=True)
     return _returning_row(tasks_of(using).filter(id__in=expired), transitions.recover_lease())
@@ -221,6 +229,7 @@ PURGE_IDS = Statement(_build_purge_ids)
 HAS_CLAIMABLE = Statement(_build_has_claimable)
 RECOVER = Statement(_build_recover)
 CLAIM = Statement(_build_claim)
+CLAIM_IDS = Statement(_build_claim_ids)
 RENEW = _owned_update(transitions.renew)
 RENEW_MANY = Statement(_build_renew_many)
 PROGRESS = _owned_update(transitions.report_progress)

@@ -68,3 +68,19 @@ class WakePacing:
             self._defer_s = 0.0
         else:
             self._defer_s = min(DEFER_MAX_S, max(DEFER_FIRST_S, self._defer_s * 2))
+
+
+# Held back by a flow limit (flow/limits.py): the claim left due tasks queued
+# because a concurrency limit was full or a rate window used up. The worker
+# then waits this long at most before claiming again (a call of its own
+# ending, or the rate window opening, cuts it short), instead of answering
+# every wake or change with a claim that the limits answer with nothing. It
+# is also how late a slot freed by another worker's task is seen at worst.
+HELD_BACK_WAIT_S = 1.0
+
+
+def held_back_wait_s(retry_in_ms: int | None) -> float:
+    """How long to wait after a claim a limit held back: until its rate window opens, at most the bound."""
+    if retry_in_ms is None:
+        return HELD_BACK_WAIT_S
+    return min(HELD_BACK_WAIT_S, max(0.001, retry_in_ms / 1000))

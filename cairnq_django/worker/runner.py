@@ -31,7 +31,7 @@ from ..drained import announcement, drained_key
 from ..errors import HeartbeatLate, ProtocolVersionMismatch
 from ..ids import ulid
 from ..pooling import release
-from ..records import TaskRecord
+from ..records import Limit, TaskRecord
 from ..store import get_store
 from ..tables import check_tables
 from ..wakeup import Wakeup, get_wakeup
@@ -41,8 +41,9 @@ from .envelopes import shutdown_envelope, timeout_envelope
 from .execution import Call, Execution
 from .heartbeat import Heartbeat
 from .inflight import InFlight
+from .limits import LimitsCache
 from .options import WorkerOptions, WorkerOverrides
-from .pacing import WakePacing, idle_poll_s
+from .pacing import WakePacing, held_back_wait_s, idle_poll_s
 from .planner import (
     Rotation,
     any_draw_filled,
@@ -119,6 +120,10 @@ class Worker:
         # call ending a reason to look again before a wake says so.
         self._left_work = False
         self._pacing = WakePacing()
+        # Fleet-wide flow limits (flow/limits.py), and how long to hold off
+        # after a claim they held back (pacing.held_back_wait_s; None: they did not).
+        self._limits = LimitsCache(self.using)
+        self._held_wait_s: float | None = None
         self._drained_key = drained_key(self.queues, self.handlers)
 
         self._in_flight = InFlight()
@@ -323,21 +328,29 @@ class Worker:
             if claimed:
                 if self._work_likely or options.burst:
                     continue
+                if self._held_wait_s is not None:
+                    self._held_wait(self._held_wait_s)
+                    continue
                 # The claim took all the work that was due. Asking again at
                 # once would find nothing and, worse, hold the GIL while the
                 # handler threads just handed work are trying to start; the
                 # wakeup (or the poll interval) says when to look again.
                 self._idle()
                 continue
+            held_s = self._held_wait_s
             if options.burst:
                 # `busy` was read before the probe: a call that ended after
                 # the probe may have queued a retry or children, so only an
                 # empty probe with nothing in flight before it means drained.
-                if not busy:
+                # Tasks a limit holds back are not drained: they wait their turn.
+                if not busy and held_s is None:
                     logger.info("Burst mode: nothing left to claim; stopping.")
                     return
                 # A running call may still enqueue children or retries.
-                self._wait_for_change(poll_s)
+                self._wait_for_change(poll_s if held_s is None else held_s)
+                continue
+            if held_s is not None:
+                self._held_wait(held_s)
                 continue
             self._idle()
 
@@ -360,8 +373,10 @@ class Worker:
         likely, self._work_likely = self._work_likely, False
         woken, self._woken = self._woken, False
         self._left_work = False
+        self._held_wait_s = None
         if not likely and not self.store.has_claimable(queues=self.queues, names=names):
             return 0
+        limits = self._limits.current()
         pending = self._rotation.next_order()
         started = 0
         filled = False
@@ -376,7 +391,7 @@ class Worker:
             # Only a claim covering every name can tell the fleet it took all there was.
             announce = woken and len(drawn) == len(pending) and self._wakeup.hears_drained
             with self._write_gate:
-                rows = self._claim(draws, announce=announce)
+                rows = self._claim(draws, announce=announce, limits=limits)
             filled = filled or any_draw_filled(draws, rows)
             pending = [s for s in pending if s not in drawn]
             calls = self._calls(fail_undecodable(rows, self._fail_unrun, self.report))
@@ -385,19 +400,37 @@ class Worker:
             started += len(calls)
             free -= len(calls)
         self._work_likely = filled
-        self._left_work = filled or bool(pending)
+        self._left_work = filled or bool(pending) or self._held_wait_s is not None
         if woken:
             self._pacing.woken_claim(started)
         return started
 
-    def _claim(self, draws: list[Any], *, announce: bool) -> list[TaskRecord]:
-        """One claim transaction; with `announce`, it tells the fleet if it left nothing behind."""
-        return self.store.claim(
-            queues=self.queues, worker_id=self.worker_id, lease_ms=self.options.lease_ms,
-            draws=[(list(d.source.names), d.limit) for d in draws],
-            announce=(announcement(self._drained_key, self.worker_id), sorted(self.handlers))
-            if announce else None,
+    def _claim(self, draws: list[Any], *, announce: bool, limits: list[Limit]) -> list[TaskRecord]:
+        """One claim transaction; with `announce`, it tells the fleet if it left nothing behind.
+
+        Under flow limits it is the limited claim (store/limited_claim.py),
+        which also says whether they held anything back; with none, the
+        plain claim, unchanged.
+        """
+        draw_plan: list[tuple[Sequence[str] | None, int]] = [
+            (list(d.source.names), d.limit) for d in draws
+        ]
+        announced = (
+            (announcement(self._drained_key, self.worker_id), sorted(self.handlers)) if announce else None
         )
+        if not limits:
+            return self.store.claim(
+                queues=self.queues, worker_id=self.worker_id, lease_ms=self.options.lease_ms,
+                draws=draw_plan, announce=announced,
+            )
+        result = self.store.claim_limited(
+            limits=limits, queues=self.queues, worker_id=self.worker_id,
+            lease_ms=self.options.lease_ms, draws=draw_plan, announce=announced,
+        )
+        if result.held:
+            wait_s = held_back_wait_s(result.retry_in_ms)
+            self._held_wait_s = wait_s if self._held_wait_s is None else min(self._held_wait_s, wait_s)
+        return result.tasks
 
     def _fail_unrun(self, task: TaskRecord, envelope: dict[str, Any]) -> None:
         with self._write_gate:
@@ -465,6 +498,31 @@ class Worker:
             if remaining <= 0 or self._changed.wait(min(remaining, _SLICE_S)):
                 return
 
+    def _held_wait(self, seconds: float) -> None:
+        """After a claim a limit held back: wait for a call of this worker to settle, or `seconds`.
+
+        Every wake would find the same tasks held, so the wakeups are not
+        heard meanwhile (new work waits at most HELD_BACK_WAIT_S, or a call's
+        end). A call that merely returned frees no slot in the database until
+        its completion commits, so only a settled call ends the wait; `seconds`
+        is until the rate window opens, or the bound. The held tasks were due:
+        the next claim skips the probe, so an opening window is used at once
+        (a start's lateness delays its slot's reuse by as much).
+        """
+        release(self.using)
+        self._refresh_presence()
+        in_flight = len(self._in_flight)
+        deadline = time.monotonic() + seconds
+        while not self._stopping:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            if self._changed.wait(min(remaining, _SLICE_S)):
+                self._changed.clear()
+                if len(self._in_flight) < in_flight:
+                    break
+        self._work_likely = True
+
     def _recheck_on_call_end(self) -> bool:
         """Whether a call that ended is a reason to poll now.
 
@@ -494,10 +552,16 @@ class Worker:
     def _idle(self) -> None:
         """Sleep a poll interval on the wakeup, cut short by a wake or a call that ended."""
         release(self.using)  # a pooled connection is not held while idle
-        deadline = time.monotonic() + idle_poll_s(self.options.poll_ms, self._wakeup.healthy)
+        idle_s = idle_poll_s(self.options.poll_ms, self._wakeup.healthy)
+        if self._held_wait_s is not None:
+            # Some tasks were held back by a limit: look again when it may let them go.
+            idle_s = min(idle_s, self._held_wait_s)
+        deadline = time.monotonic() + idle_s
         while not self._stopping:
             remaining = deadline - time.monotonic()
             if remaining <= 0 or self._changed.is_set() and self._recheck_on_call_end():
+                # Tasks a limit held back were due: the claim need not probe first.
+                self._work_likely = self._work_likely or self._held_wait_s is not None
                 return
             step = min(remaining, _SLICE_S)
             # The workers-table row is refreshed from here too: a healthy

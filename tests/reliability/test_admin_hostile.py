@@ -19,7 +19,7 @@ import pytest
 from django.db import connection
 from django.urls import reverse
 
-from cairnq_django import pause_queue
+from cairnq_django import pause_queue, set_limit
 from cairnq_django.models import Task, WorkerRecord
 from cairnq_django.observability.overview import database_now_ms
 from cairnq_django.schedules.models import ScheduleState
@@ -304,7 +304,7 @@ HOSTILE_IDS = [
 def corpus_tasks(store):
     """A queued, a running, a failed and a finished task, two of them poisoned; the running
     one held by a live worker (so the dashboard lists it), a schedule's state row and a
-    paused queue's."""
+    paused queue's and a runtime flow limit's."""
     queued = store.submit("job", key="k1", correlation_id="c1")
     running = make(store, "running")
     failed = make(store, "failed", max_attempts=1)
@@ -314,6 +314,7 @@ def corpus_tasks(store):
     add_worker("w1")
     add_schedule_state("nightly", last_task_id=done.id)
     pause_queue("default", by="corpus")
+    set_limit("name", "job", concurrency=2, by="corpus")
     return [queued.id, running.id, failed.id, done.id]
 
 
@@ -341,12 +342,13 @@ def test_every_route_is_fillable():
 def test_the_corpus_reaches_every_page_of_the_app():
     """The walk finds the pages known today (a page added later joins without being listed)."""
     found = {route.path for route in admin_routes()}
-    for model in ("task", "workerrecord", "schedulestate", "queuestate"):
+    for model in ("task", "workerrecord", "schedulestate", "queuestate", "flowlimit"):
         for suffix in ("", "add/", "{id}/", "{id}/change/", "{id}/history/", "{id}/delete/"):
             assert f"cairnq_django/{model}/{suffix}" in found
     for page in ("stats/", "dashboard/", "{id}/cancel/", "{id}/retry/", "{id}/progress/"):
         assert f"cairnq_django/task/{page}" in found
     assert "cairnq_django/queuestate/pause/" in found
+    assert "cairnq_django/flowlimit/set/" in found
     assert {"", "cairnq_django/"} <= found
 
 

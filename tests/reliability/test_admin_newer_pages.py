@@ -21,7 +21,7 @@ from django.db import connection, models
 from django.test import Client, RequestFactory
 from django.urls import Resolver404, resolve
 
-from cairnq_django import pause_queue
+from cairnq_django import pause_queue, set_limit
 from cairnq_django.models import Task
 from cairnq_django.schedules.models import ScheduleState
 
@@ -67,6 +67,7 @@ def rows(store):
     add_worker("w1")
     add_schedule_state("nightly", last_task_id=tasks["succeeded"].id)
     pause_queue("mail", by="corpus")
+    set_limit("key_prefix", "account:", concurrency=1, by="corpus")
     return tasks
 
 
@@ -196,6 +197,8 @@ ROLES = {
     "run and pause schedules, no view": ("run_schedule", "pause_schedule"),
     "view tasks, pause queues": ("view_task", "pause_queue"),
     "pause queues, no view": ("pause_queue",),
+    "view tasks, change limits": ("view_task", "change_limits"),
+    "change limits, no view": ("change_limits",),
 }
 
 

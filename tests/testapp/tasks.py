@@ -223,3 +223,31 @@ def snooze_batch(ctxs):
         if ctx.payload.get("snooze") and runs_of(ctx) == 1:
             ctx.snooze(ctx.payload["delay"])
     return {ctx.task_id: {"runs": runs_of(ctx)} for ctx in ctxs}
+
+
+def _journal_line(line: str) -> None:
+    fd = os.open(os.environ["CAIRNQ_TEST_JOURNAL"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
+
+
+@task("tests.interval")
+def interval(ctx, payload):
+    """Journal 'S <id> <attempt> <worker> <claimed ms> <start ms>', hold hold_s, journal 'E ...'.
+
+    tests/test_fleet_limits.py rebuilds from these lines how many ran at once
+    (host clock) and when each was claimed (the claim's `updated_at_ms`, the
+    queue's clock, which is what a rate limit counts in). One O_APPEND write
+    per line and no database session of the handler's own, as tests.journal.
+    """
+    claimed = ctx.record.updated_at_ms
+    _journal_line(f"S {ctx.task_id} {ctx.attempt} {ctx.worker_id} {claimed} {time.time_ns()}\n")
+    time.sleep((payload or {}).get("hold_s", 0))
+    _journal_line(f"E {ctx.task_id} {ctx.attempt} {ctx.worker_id} {claimed} {time.time_ns()}\n")
+    return None
+
+
+# The same handler under a second name, for a limit on one task name.
+task("tests.interval_capped")(interval)

@@ -1,4 +1,4 @@
-"""The admin's dashboard: throughput over the last hour, the queues, and the workers.
+"""The admin's dashboard: throughput over the last hour, the queues, the flow limits, the workers.
 
 The chart is SVG drawn on the server (no JavaScript library), and the page
 reloads itself every REFRESH_S seconds.
@@ -21,6 +21,7 @@ from django.utils.translation import gettext as _
 
 from ...humanize import human_duration, progress_percent, valid_progress
 from ...models import Task
+from ...observability.flow import SCOPE_LABELS, limit_text, period_text
 from ...observability.overview import Overview, overview
 from ...records import STATUSES, TERMINAL_STATUSES
 from ..permissions import require_view_permission
@@ -155,6 +156,7 @@ class DashboardView(TaskAdminView):
             "live_workers": sum(w.live for w in view.workers),
             "changelist_url": model_admin.changelist_url(),
             **_pause_context(request, view),
+            **_limits_context(request, view),
             "stats_url": reverse(f"admin:{opts.app_label}_{opts.model_name}_stats"),
             "media": model_admin.media,
         }
@@ -191,6 +193,40 @@ def _pause_context(request: HttpRequest, view: Overview) -> dict[str, Any]:
         "pause_url": reverse("admin:cairnq_django_queuestate_pause") if allowed else None,
         "paused_queues": view.paused,
         "paused_without_tasks": [queue for queue in view.paused if queue not in listed],
+    }
+
+
+def _limits_context(request: HttpRequest, view: Overview) -> dict[str, Any]:
+    """The flow limits' panel: each limit's use, and the set/clear form (flow_limit_admin.py)."""
+    allowed = request.user.has_perm("cairnq_django.change_limits")
+    rows = []
+    for usage in view.limits:
+        limit = usage.limit
+        rows.append({
+            "scope": SCOPE_LABELS[limit.scope],
+            "scope_code": limit.scope,
+            "value": limit.value,
+            "source": limit.source,
+            "limit": limit_text(limit),
+            "concurrency": limit.concurrency,
+            "running": usage.running,
+            "key_prefix": limit.scope == "key_prefix",
+            "keys_at_limit": usage.keys_at_limit,
+            "busiest_key": view.busiest_keys.get(limit.value),
+            "rate": limit.rate,
+            "per": None if limit.per_ms is None else period_text(limit.per_ms),
+            "starts": usage.starts_in_window,
+            "held": usage.held,
+            # Every slot (the busiest key's, for a prefix) in use, or the window spent.
+            "slots_full": limit.concurrency is not None and usage.running >= limit.concurrency,
+            "window_full": limit.rate is not None and usage.starts_in_window >= limit.rate,
+        })
+    return {
+        "limits": rows,
+        "limits_error": view.limits_error,
+        "can_change_limits": allowed,
+        "limits_url": reverse("admin:cairnq_django_flowlimit_set") if allowed else None,
+        "limit_scopes": list(SCOPE_LABELS.items()),
     }
 
 

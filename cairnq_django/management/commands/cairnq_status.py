@@ -12,6 +12,7 @@ from cairnq_django.conf import cairnq_settings
 from cairnq_django.errors import CairnQError, TablesMissing
 from cairnq_django.humanize import human_duration as format_duration
 from cairnq_django.humanize import progress_percent, valid_progress
+from cairnq_django.observability.flow import limits_table, usage_row
 from cairnq_django.observability.overview import Overview, overview
 from cairnq_django.records import STATUSES
 from cairnq_django.tables import known_missing_tables
@@ -64,6 +65,12 @@ def as_text(view: Overview) -> str:
         )
     if view.paused:
         lines.append(f"Paused queues (no Django worker claims from them): {', '.join(view.paused)}")
+    if view.limits:
+        lines.append("")
+        lines.append(f"Flow limits: {len(view.limits)}")
+        lines.extend(limits_table(view.limits, view.busiest_keys))
+    if view.limits_error:
+        lines.append(f"CAIRNQ['LIMITS'] is invalid, so no limit is shown: {view.limits_error}")
     return "\n".join(lines)
 
 
@@ -92,11 +99,16 @@ def as_json(view: Overview) -> str:
             for q in view.queues
         },
         "paused_queues": view.paused,
+        "limits": [usage_row(usage, view.busiest_keys) for usage in view.limits],
+        "limits_error": view.limits_error,
     }, indent=2)
 
 
 class Command(BaseCommand):
-    help = "Print the CairnQ workers (live and gone) and the queue × status table."
+    help = (
+        "Print the CairnQ workers (live and gone), the queue × status table, and each flow "
+        "limit in force with its use (running, starts in the window, tasks it holds back)."
+    )
     requires_system_checks: list[str] = []
 
     def add_arguments(self, parser: CommandParser) -> None:

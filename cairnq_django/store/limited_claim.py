@@ -1,0 +1,468 @@
+"""The claim under fleet-wide flow limits (concurrency and rate), and the counts both read.
+
+Used only while some limit is in force (flow/limits.py): with none, the
+worker claims through leases.py's claim as before, statement for statement.
+
+Exactness comes from serializing: every limited claim of the fleet runs its
+counting and its claim in one transaction that holds one lock, PostgreSQL's
+advisory transaction lock LIMITED_CLAIM_LOCK (store/sql.py), SQLite's BEGIN
+IMMEDIATE write lock. Read committed gives each statement after the lock a
+fresh snapshot, so a claim sees every earlier limited claim's tasks as
+running and its starts in the log. What runs is counted from the task rows
+themselves (status running under an unexpired lease), not from a counter
+the claim would have to keep in step: a worker killed mid-task holds its
+slots until its lease expires, and then the same transaction's recovery
+requeues the task and the count drops. Nothing can leak.
+
+Rate limits keep a sliding-window log (models.FlowStart): one row per start
+per rate-limited scope (for a key_prefix limit, per concrete key), and a
+claim at time t starts a task only if fewer than `rate` starts lie in
+(t - per, t]. Then no window of length `per`, wherever it falls, holds more
+than `rate` starts; a token bucket of the same rate would let 2 x rate start
+across a window boundary (a full bucket spent just before it, refilled just
+after).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from django.db import connections
+from django.db.models import Count, Min, QuerySet
+
+from ..db.expressions import now_minus
+from ..db.querysets import TaskQuerySet
+from ..models import FlowStart
+from ..records import Limit, TaskRecord
+from . import sql
+from .django_private import is_client_binding, select_sql
+from .encoding import LEASE_EXPIRED
+from .executor import Executor
+from .protocol_statements import CLAIM_IDS, RECOVER, _paused_queues, tasks_of
+
+# How many candidates one read of the claim looks at: enough that tasks held
+# back by a limit do not hide the ones behind them, bounded so a claim never
+# reads a whole backlog. A round that finds a scope full excludes it from the
+# next read, up to _ROUNDS reads per claim.
+_WINDOW_MIN = 100
+_WINDOW_PER_SLOT = 4
+_ROUNDS = 4
+# How often (per process and alias) a limited claim prunes the start log.
+_PRUNE_EVERY_S = 10.0
+# Starts no limit in force counts (its limit was removed, or is not known
+# here yet: workers re-read the limits about once a second) are kept this
+# long, or the longest period in force if that is longer.
+_KEEP_UNCLAIMED_MS = 24 * 3600 * 1000
+
+
+@dataclass
+class LimitedClaim:
+    """What a limited claim took, and what the limits held back."""
+
+    tasks: list[TaskRecord]
+    # Due candidates a limit held back (a lower bound: only those it read).
+    held: int = 0
+    # When held back by a rate limit: ms until its window lets one more start.
+    retry_in_ms: int | None = None
+
+
+@dataclass
+class Counts:
+    """Running tasks and starts in the window, per limited scope, at one instant."""
+
+    now: int
+    # Running (unexpired lease) by queue, by name, by concrete concurrency key.
+    by_queue: dict[str, int] = field(default_factory=dict)
+    by_name: dict[str, int] = field(default_factory=dict)
+    by_key: dict[str, int] = field(default_factory=dict)
+    # Per rate limit (by its index in the limits list): starts in its window
+    # and the oldest of them, by value (the queue, the name, or the concrete key).
+    starts: dict[int, dict[str, int]] = field(default_factory=dict)
+    oldest: dict[int, dict[str, int]] = field(default_factory=dict)
+
+    def running(self, limit: Limit, value: str) -> int:
+        table = {"queue": self.by_queue, "name": self.by_name}.get(limit.scope, self.by_key)
+        return table.get(value, 0)
+
+
+def scope_value(limit: Limit, queue: str, name: str, key: str | None) -> str | None:
+    """The value a task counts under for `limit` (its queue, name or key), None if it does not apply."""
+    if not limit.applies_to(queue=queue, name=name, concurrency_key=key):
+        return None
+    return queue if limit.scope == "queue" else name if limit.scope == "name" else key
+
+
+def relevant_limits(
+    limits: Sequence[Limit], queues: Sequence[str], plan: Sequence[tuple[Sequence[str] | None, int]]
+) -> list[Limit]:
+    """The limits a claim from `queues` for the draws' names can meet.
+
+    Every key_prefix limit: any task may carry a concurrency key.
+    """
+    any_name = any(draw_names is None for draw_names, _ in plan)
+    names = {name for draw_names, _ in plan for name in draw_names or ()}
+    return [
+        limit for limit in limits
+        if limit.scope == "key_prefix"
+        or (limit.scope == "queue" and limit.value in queues)
+        or (limit.scope == "name" and (any_name or limit.value in names))
+    ]
+
+
+def _rated(limits: Sequence[Limit], task: TaskRecord, key: str | None) -> list[tuple[str, str]]:
+    """The (scope, value) pairs under which a start of `task` is logged for the rate limits."""
+    return sorted({
+        (limit.scope, value) for limit in limits if limit.rate is not None
+        if (value := scope_value(limit, task.queue, task.name, key)) is not None
+    })
+
+
+def due_tasks(using: str, now: int) -> TaskQuerySet:
+    """Queued tasks due at `now` outside paused queues, any queue: what a limit could hold back."""
+    return tasks_of(using).filter(status="queued", run_at_ms__lte=now).exclude(
+        queue__in=_paused_queues(using)
+    )
+
+
+def running_tasks(using: str, now: int | None) -> TaskQuerySet:
+    """Tasks holding a slot: running under a lease unexpired at `now` (None: the statement's clock)."""
+    return tasks_of(using).holding_slot(now)
+
+
+def _count_queries(
+    using: str, limits: Sequence[Limit], now: int | None
+) -> list[tuple[int | None, QuerySet[Any, Any]]]:
+    """The reads of read_counts: (None, running tasks grouped), then (index, its starts) per rate limit.
+
+    `now` None reads the clock in SQL (NowMs), for statements sent before it is known.
+    """
+    queries: list[tuple[int | None, QuerySet[Any, Any]]] = []
+    if any(limit.concurrency is not None for limit in limits):
+        queries.append((None, running_tasks(using, now).order_by().values_list(
+            "queue", "name", "flow__concurrency_key"
+        ).annotate(n=Count("pk"))))
+    for index, limit in enumerate(limits):
+        if limit.rate is None or limit.per_ms is None:
+            continue
+        since = now_minus(limit.per_ms) if now is None else now - limit.per_ms
+        log = FlowStart.objects.using(using).filter(scope=limit.scope, started_at_ms__gt=since)
+        if limit.scope == "key_prefix":
+            # LIKE is case-insensitive on SQLite: _add_rows checks the prefix again.
+            log = log.filter(value__startswith=limit.value)
+        else:
+            log = log.filter(value=limit.value)
+        queries.append((index, log.order_by().values_list("value").annotate(
+            n=Count("pk"), first=Min("started_at_ms")
+        )))
+    return queries
+
+
+def _add_rows(counts: Counts, limits: Sequence[Limit], index: int | None, rows: Sequence[Any]) -> None:
+    if index is None:
+        for queue, name, key, n in rows:
+            counts.by_queue[queue] = counts.by_queue.get(queue, 0) + n
+            counts.by_name[name] = counts.by_name.get(name, 0) + n
+            if key is not None:
+                counts.by_key[key] = counts.by_key.get(key, 0) + n
+        return
+    starts: dict[str, int] = {}
+    oldest: dict[str, int] = {}
+    counts.starts[index], counts.oldest[index] = starts, oldest
+    for value, n, first in rows:
+        if value.startswith(limits[index].value):
+            starts[value], oldest[value] = n, first
+
+
+def read_counts(using: str, limits: Sequence[Limit], now: int) -> Counts:
+    """Running tasks per queue, name and key, and each rate limit's starts in its window at `now`.
+
+    One grouped read of the running tasks (bounded by what the fleet runs),
+    and one read of the start log per rate limit.
+    """
+    counts = Counts(now)
+    for index, query in _count_queries(using, limits, now):
+        _add_rows(counts, limits, index, list(query))
+    return counts
+
+
+@dataclass
+class _Quota:
+    """One draw of the planner's: its names (None: any) and how many it may still take."""
+
+    names: frozenset[str] | None
+    left: int
+
+
+class _Pick:
+    """The greedy choice of one limited claim: candidates in claim order, every limit respected."""
+
+    def __init__(self, limits: Sequence[Limit], counts: Counts,
+                 plan: Sequence[tuple[Sequence[str] | None, int]]) -> None:
+        self.limits = limits
+        self.counts = counts
+        self.quota = [_Quota(None if names is None else frozenset(names), n) for names, n in plan]
+        self.taken: list[str] = []
+        self.keys: dict[str, str | None] = {}  # each taken task's concurrency key
+        self.held = 0
+        self.retry_at: int | None = None
+        # Scopes found full: the next read leaves them out.
+        self.full_queues: set[str] = set()
+        self.full_names: set[str] = set()
+        self.full_keys: set[str] = set()
+
+    @property
+    def names_left(self) -> list[str] | None:
+        """The names a further read may take (None: any)."""
+        names: set[str] = set()
+        for draw in self.quota:
+            if draw.left > 0:
+                if draw.names is None:
+                    return None
+                names |= draw.names
+        return sorted(names)
+
+    @property
+    def wants(self) -> int:
+        return sum(draw.left for draw in self.quota)
+
+    def _draw(self, name: str) -> _Quota | None:
+        for draw in self.quota:
+            if draw.left > 0 and (draw.names is None or name in draw.names):
+                return draw
+        return None
+
+    def _full(self, limit: Limit, value: str) -> None:
+        target = {"queue": self.full_queues, "name": self.full_names}.get(limit.scope, self.full_keys)
+        target.add(value)
+
+    def _blocked(self, index: int, limit: Limit, value: str) -> bool:
+        """Is `value`'s slot or window under `limit` used up (and if so, note it full)?"""
+        counts = self.counts
+        blocked = False
+        if limit.concurrency is not None and counts.running(limit, value) >= limit.concurrency:
+            blocked = True
+        if limit.rate is not None and limit.per_ms is not None:
+            if counts.starts.get(index, {}).get(value, 0) >= limit.rate:
+                blocked = True
+                opens = counts.oldest[index].get(value, counts.now) + limit.per_ms
+                self.retry_at = opens if self.retry_at is None else min(self.retry_at, opens)
+        if blocked:
+            self._full(limit, value)
+        return blocked
+
+    def offer(self, task_id: str, queue: str, name: str, key: str | None) -> None:
+        draw = self._draw(name)
+        if draw is None:
+            return  # its draw got its quota; the planner did not ask for more
+        applying = [
+            (index, limit, value) for index, limit in enumerate(self.limits)
+            if (value := scope_value(limit, queue, name, key)) is not None
+        ]
+        # Every applying limit is checked (not only the first that blocks),
+        # so each full scope is left out of the next read.
+        blocked = [self._blocked(index, limit, value) for index, limit, value in applying]
+        if any(blocked):
+            self.held += 1
+            return
+        draw.left -= 1
+        self.taken.append(task_id)
+        self.keys[task_id] = key
+        counts = self.counts
+        counts.by_queue[queue] = counts.by_queue.get(queue, 0) + 1
+        counts.by_name[name] = counts.by_name.get(name, 0) + 1
+        if key is not None:
+            counts.by_key[key] = counts.by_key.get(key, 0) + 1
+        for index, limit, value in applying:
+            if limit.rate is not None:
+                counts.starts.setdefault(index, {})[value] = counts.starts.get(index, {}).get(value, 0) + 1
+                counts.oldest.setdefault(index, {}).setdefault(value, counts.now)
+            # Full now: the next read need not bring its tasks back.
+            self._blocked(index, limit, value)
+
+
+class LimitedClaims:
+    """The limited claim over one executor (LeaseOperations.claim_limited calls it)."""
+
+    def __init__(self, executor: Executor) -> None:
+        self.executor = executor
+        self.using = executor.using
+        self._prune_at = 0.0
+
+    def claim(
+        self,
+        limits: Sequence[Limit],
+        queues: Sequence[str],
+        worker_id: str,
+        lease_ms: int,
+        plan: Sequence[tuple[Sequence[str] | None, int]],
+        recover: Any,
+        announce_sql: tuple[str, list[Any]] | None,
+        in_force: Sequence[Limit] = (),
+    ) -> LimitedClaim:
+        """Lock, recover, count, pick, claim and log the starts: one transaction.
+
+        `limits` are those that can apply to this claim; `in_force`, every
+        limit in force, tells the pruning of the start log what to keep.
+        """
+        executor = self.executor
+        executor.verify_protocol()
+        window = max(_WINDOW_MIN, _WINDOW_PER_SLOT * sum(n for _, n in plan))
+        with executor.atomic():
+            # The first read leaves nothing out: on PostgreSQL it goes with the
+            # lock and the counts, before they are known.
+            first = self._candidate_query(queues, _Pick(limits, Counts(0), plan), window)
+            found = self._lock_recover_count(limits, first)
+            first_rows: list[tuple[str, str, str, str | None]] | None = None
+            if found is None:
+                now = self._lock()
+                recover()
+                counts = read_counts(self.using, limits, now)
+            else:
+                counts, first_rows = found
+            now = counts.now
+            pick = _Pick(limits, counts, plan)
+            for _ in range(_ROUNDS):
+                names = pick.names_left
+                if pick.wants <= 0 or names == []:
+                    break
+                excluded = (len(pick.full_queues), len(pick.full_names), len(pick.full_keys))
+                if first_rows is not None:
+                    rows, first_rows = first_rows, None
+                else:
+                    rows = list(self._candidate_query(queues, pick, window))
+                for task_id, queue, name, key in rows:
+                    pick.offer(task_id, queue, name, key)
+                    if pick.wants <= 0:
+                        break
+                more = (len(pick.full_queues), len(pick.full_names), len(pick.full_keys)) != excluded
+                # Another read only helps when this one was cut by the window
+                # and found a scope (or a draw) full that the next leaves out.
+                if len(rows) < window or not (more or pick.names_left != names):
+                    break
+            tasks: list[TaskRecord] = []
+            if pick.taken:
+                tasks = executor.records(
+                    CLAIM_IDS, {"worker_id": worker_id, "lease_ms": lease_ms}, (len(pick.taken),),
+                    [{"id": task_id} for task_id in pick.taken],
+                )
+                # The log records the starts that happened: the claim
+                # re-checks each row's status, though the candidates' locks
+                # (the database's, on SQLite) leave nothing to change them.
+                # One row per task and rate-limited (scope, value): two prefixes
+                # matching one key share its rows, as they count the same starts.
+                # Logged at the claim's own clock reading (the rows'
+                # updated_at_ms, at or after `now`): the log then says exactly
+                # when each task started, and counting from `now` stays exact,
+                # as no other limited claim runs between the two readings.
+                started = [
+                    FlowStart(scope=scope, value=value, started_at_ms=task.updated_at_ms)
+                    for task in tasks for scope, value in _rated(limits, task, pick.keys[task.id])
+                ]
+                if started:
+                    FlowStart.objects.using(self.using).bulk_create(started)
+            self._prune(limits, in_force or limits, now)
+            if announce_sql is not None:
+                executor.run_sql(*announce_sql)
+        retry_in = None if pick.retry_at is None else max(1, pick.retry_at - now)
+        return LimitedClaim(tasks, pick.held, retry_in)
+
+    def _lock(self) -> int:
+        """Take the fleet's limited-claim lock where the database needs one; now, in epoch ms, after it.
+
+        SQLite's BEGIN IMMEDIATE already holds the database's one write lock.
+        The reading must follow the lock, so that every earlier limited claim
+        has committed and logged its starts at or before it; the claim's own
+        rows are then stamped at or after it.
+        """
+        executor = self.executor
+        if not executor.dialect.has_advisory_locks:
+            return executor.clock_ms()
+        with connections[self.using].cursor() as cursor:
+            cursor.execute(sql.LIMITED_CLAIM_LOCK)
+            return int(cursor.fetchone()[0])
+
+    def _lock_recover_count(
+        self, limits: Sequence[Limit], first: QuerySet[Any, Any]
+    ) -> tuple[Counts, list[tuple[str, str, str, str | None]]] | None:
+        """PostgreSQL: the lock, the lease recovery, the counts and the `first` candidates in one round trip.
+
+        None elsewhere.
+
+        One simple-protocol query of several statements, run in order inside
+        the claim's transaction, each with a snapshot of its own taken after
+        the lock is held. Their SQL clock is the query's arrival, before any
+        wait for the lock: a lease that ran out during the wait still counts
+        as running, and the start log is read from a little earlier than
+        needed — both err towards holding back, never towards one too many.
+        Only client-side binding (Django's default) sends several statements
+        at once; otherwise the caller runs them one by one.
+        """
+        if not self.executor.dialect.has_advisory_locks:
+            return None
+        queries = _count_queries(self.using, limits, None)
+        with connections[self.using].cursor() as cursor:
+            if not is_client_binding(cursor):
+                return None
+            parts = [(sql.LIMITED_CLAIM_LOCK, ()), RECOVER.bind(self.using, {"lease_error": LEASE_EXPIRED})]
+            parts += [select_sql(query) for _, query in queries]
+            parts.append(select_sql(first))
+            # PostgreSQL binds positionally (Dialect.binds_by_name), so the lists join.
+            cursor.execute("; ".join(text for text, _ in parts), [p for _, params in parts for p in params])
+            counts = Counts(int(cursor.fetchone()[0]))
+            cursor.nextset()  # the recovery's rows: nothing here needs them
+            for index, _ in queries:
+                cursor.nextset()
+                _add_rows(counts, limits, index, cursor.fetchall())
+            cursor.nextset()
+            rows = [tuple(row) for row in cursor.fetchall()]
+        return counts, rows
+
+    def _candidate_query(self, queues: Sequence[str], pick: _Pick, window: int) -> QuerySet[Any, Any]:
+        """Due tasks in claim order, less the scopes found full, locked (PostgreSQL) for the claim."""
+        rows = tasks_of(self.using).claimable(list(queues), pick.names_left).exclude(
+            queue__in=_paused_queues(self.using)
+        )
+        if pick.full_queues:
+            rows = rows.exclude(queue__in=sorted(pick.full_queues))
+        if pick.full_names:
+            rows = rows.exclude(name__in=sorted(pick.full_names))
+        if pick.full_keys:
+            rows = rows.exclude(flow__concurrency_key__in=sorted(pick.full_keys))
+        if pick.taken:
+            rows = rows.exclude(id__in=pick.taken)
+        # FOR UPDATE OF the task rows only: the flow row is on the nullable side of a join.
+        locked = rows.values_list("id", "queue", "name", "flow__concurrency_key")[:window]
+        return locked.select_for_update(skip_locked=True, of=("self",))
+
+    def _prune(self, limits: Sequence[Limit], in_force: Sequence[Limit], now: int) -> None:
+        """Now and then, drop the starts no window reaches any more.
+
+        Only this claim's rate limits' rows are pruned to their period (a key
+        prefix's to the longest key-prefix period in force: LIKE ignores case
+        on SQLite, so a prefix's rows may include another's). Everything else
+        is kept a day, or the longest period in force: a limit this worker
+        does not know yet must not lose its window.
+        """
+        if time.monotonic() < self._prune_at:
+            return
+        self._prune_at = time.monotonic() + _PRUNE_EVERY_S
+        log = FlowStart.objects.using(self.using)
+        periods = [limit.per_ms or 0 for limit in in_force if limit.rate is not None]
+        log.filter(started_at_ms__lte=now - max([_KEEP_UNCLAIMED_MS, *periods])).delete()
+        prefix_period = max((
+            limit.per_ms or 0 for limit in in_force
+            if limit.rate is not None and limit.scope == "key_prefix"
+        ), default=0)
+        for limit in limits:
+            if limit.rate is None or limit.per_ms is None:
+                continue
+            if limit.scope == "key_prefix":
+                rows = log.filter(scope="key_prefix", value__startswith=limit.value,
+                                  started_at_ms__lte=now - max(limit.per_ms, prefix_period))
+            else:
+                rows = log.filter(scope=limit.scope, value=limit.value, started_at_ms__lte=now - limit.per_ms)
+            rows.delete()
+
