@@ -11,8 +11,6 @@ runtime limits exist, who set each and when.
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.contrib import admin, messages
 from django.contrib.admin.models import DELETION, LogEntry
 from django.core.exceptions import PermissionDenied
@@ -21,14 +19,13 @@ from django.urls import URLPattern, path, reverse
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from ..conf import cairnq_settings
 from ..flow.limits import LIMIT_SCOPES, clear_limit, set_limit
 from ..models import FlowLimit
 from ..observability.flow import SCOPE_LABELS, limit_text
 from ..records import Limit
 from ..retention.durations import parse_duration
 from .display import compact_time
-from .guarded import GuardedAdmin, refuse_nul
+from .guarded import FlowStateAdmin, refuse_nul
 
 ACTIONS = ("set", "clear")
 PERMISSION = "cairnq_django.change_limits"
@@ -58,26 +55,10 @@ def _period(text: str) -> int | None:
 
 
 @admin.register(FlowLimit)
-class FlowLimitAdmin(GuardedAdmin):
+class FlowLimitAdmin(FlowStateAdmin):
     list_display = ("scope", "value", "limit", "changed", "changed_by")
     list_filter = ("scope",)
     url_lookups = frozenset({"scope__exact"})
-
-    @property
-    def using(self) -> str:
-        return cairnq_settings.DATABASE
-
-    def get_queryset(self, request: HttpRequest) -> Any:
-        return super().get_queryset(request).using(self.using)
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: FlowLimit | None = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: FlowLimit | None = None) -> bool:
-        return False
 
     @admin.display(description=gettext_lazy("limit"))
     def limit(self, row: FlowLimit) -> str:

@@ -17,6 +17,8 @@ from django.contrib.admin.views.main import SEARCH_VAR
 from django.core.exceptions import BadRequest, PermissionDenied
 from django.http import HttpRequest, HttpResponse
 
+from ..conf import cairnq_settings
+
 
 def acceptable_id(object_id: str) -> bool:
     """Whether an (unquoted) object id from a URL may be compared with a column."""
@@ -73,3 +75,27 @@ class GuardedAdmin(admin.ModelAdmin):
         if not self.has_view_or_change_permission(request):
             raise PermissionDenied
         return super().history_view(request, object_id, extra_context)
+
+
+class FlowStateAdmin(GuardedAdmin):
+    """A read-only list of one of flow control's state tables, in the queue's database.
+
+    Its rows change only through flow control's own calls (the dashboard's
+    forms post to them), so the admin may not add, change or delete one.
+    """
+
+    @property
+    def using(self) -> str:
+        return cairnq_settings.DATABASE
+
+    def get_queryset(self, request: HttpRequest) -> Any:
+        return super().get_queryset(request).using(self.using)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False

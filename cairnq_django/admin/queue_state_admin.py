@@ -9,8 +9,6 @@ who paused or resumed which queue, and when.
 
 from __future__ import annotations
 
-from typing import Any
-
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
@@ -18,37 +16,20 @@ from django.urls import URLPattern, path, reverse
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from ..conf import cairnq_settings
 from ..flow.pausing import pause_queue, resume_queue
 from ..models import QueueState
 from .display import compact_time
-from .guarded import GuardedAdmin, refuse_nul
+from .guarded import FlowStateAdmin, refuse_nul
 
 ACTIONS = ("pause", "resume")
 PERMISSION = "cairnq_django.pause_queue"
 
 
 @admin.register(QueueState)
-class QueueStateAdmin(GuardedAdmin):
+class QueueStateAdmin(FlowStateAdmin):
     list_display = ("queue", "paused", "changed", "changed_by")
     list_filter = ("paused",)
     url_lookups = frozenset({"paused__exact"})
-
-    @property
-    def using(self) -> str:
-        return cairnq_settings.DATABASE
-
-    def get_queryset(self, request: HttpRequest) -> Any:
-        return super().get_queryset(request).using(self.using)
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: QueueState | None = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: QueueState | None = None) -> bool:
-        return False
 
     @admin.display(description=gettext_lazy("changed"), ordering="changed_at_ms")
     def changed(self, state: QueueState) -> str:
