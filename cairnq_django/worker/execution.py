@@ -206,12 +206,20 @@ class Execution:
 
     # ------------------------------------------------------------ reporting
     def started(self, call: Call) -> None:
+        # Per task, so the disabled log line and the signal nobody receives
+        # are skipped before any of their arguments are built.
+        log = logger.isEnabledFor(logging.INFO)
+        listened = bool(signals.task_started.receivers)
+        if not (log or listened):
+            return
         for ctx in call.contexts:
-            logger.info(
-                "Task %s %s attempt %s started.",
-                ctx.name, ctx.task_id, attempt_label(ctx.attempt, ctx.max_attempts),
-            )
-            self.send(signals.task_started, task=ctx.record)
+            if log:
+                logger.info(
+                    "Task %s %s attempt %s started.",
+                    ctx.name, ctx.task_id, attempt_label(ctx.attempt, ctx.max_attempts),
+                )
+            if listened:
+                self.send(signals.task_started, task=ctx.record)
 
     def ended(self, call: Call, raised: BaseException | None = None) -> None:
         """Log one end line per task and send its signal, once per task."""
@@ -222,6 +230,13 @@ class Execution:
 
     def _end_one(self, ctx: TaskContext, duration: float, raised: BaseException | None) -> None:
         row = ctx.final
+        if (
+            row is not None
+            and row.status == "succeeded"
+            and not signals.task_succeeded.receivers
+            and not logger.isEnabledFor(logging.INFO)
+        ):
+            return  # the common end, with nothing to log and nobody to tell
         where = f"Task {ctx.name} {ctx.task_id} attempt {attempt_label(ctx.attempt, ctx.max_attempts)}"
         if row is None:
             logger.warning(
@@ -262,6 +277,8 @@ class Execution:
 
     def send(self, signal: Any, **kwargs: Any) -> None:
         """Send a worker signal; a receiver that raises is logged, never fatal."""
+        if not signal.receivers:
+            return  # nobody listens: skip building the send's arguments and lists
         for receiver, response in signal.send_robust(
             sender=type(self.worker), worker=self.worker, **kwargs
         ):
