@@ -78,7 +78,10 @@ class TaskContext:
         # Serializes "may I still write?" with the write itself, so the worker
         # abandoning an attempt and the handler settling it cannot interleave.
         self._lock = threading.RLock()
-        self._lost = threading.Event()
+        # The lost-lease flag; an Event only once someone waits on it, as
+        # most attempts never lose their lease and nobody waits.
+        self._lost = False
+        self._lost_event: threading.Event | None = None
         # Guards `settled` and `_settling` only, and is never held across a
         # database call: the heartbeat asks it whether a task missing from its
         # answer is being settled here, and must not wait behind a write.
@@ -153,14 +156,27 @@ class TaskContext:
     @property
     def lost_lease(self) -> bool:
         """True once this attempt no longer owns the task; stop doing side effects."""
-        return self._lost.is_set()
+        return self._lost
 
     def wait_lost_lease(self, timeout: float | None = None) -> bool:
         """Block until the lease is lost (or timeout); return whether it was."""
-        return self._lost.wait(timeout)
+        with self._state_lock:
+            if self._lost:
+                return True
+            if self._lost_event is None:
+                self._lost_event = threading.Event()
+            event = self._lost_event
+        return event.wait(timeout)
 
     def mark_lost_lease(self) -> None:
-        self._lost.set()
+        with self._state_lock:
+            self._set_lost()
+
+    def _set_lost(self) -> None:
+        """Raise the lost-lease flag and wake its waiters; the caller holds `_state_lock`."""
+        self._lost = True
+        if self._lost_event is not None:
+            self._lost_event.set()
 
     def settled_or_settling(self) -> bool:
         """True once a settling write of this attempt has started (or finished).
@@ -178,7 +194,7 @@ class TaskContext:
         with self._state_lock:
             if self.settled or self._settling:
                 return False
-            self._lost.set()
+            self._set_lost()
             return True
 
     def _begin_settling(self) -> None:
@@ -194,7 +210,7 @@ class TaskContext:
             self._cancel_seen = True
 
     def _require_lease(self) -> None:
-        if self._lost.is_set():
+        if self._lost:
             raise LostLease(self.task_id)
 
     def _owned(self, write: Callable[[], TaskRecord], *, settling: bool = False) -> TaskRecord:
@@ -214,7 +230,7 @@ class TaskContext:
             try:
                 row = write()
             except LostLease:
-                self._lost.set()
+                self.mark_lost_lease()
                 if settling:
                     self._abort_settling()
                 raise
@@ -387,7 +403,7 @@ class TaskContext:
         """
         with self._lock:
             settled_or_lost = self.settled or self.lost_lease
-            self._lost.set()
+            self.mark_lost_lease()
             if settled_or_lost:
                 return None
             delay = self.retry_delay_ms() if delay_ms is None else delay_ms

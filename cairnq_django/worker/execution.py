@@ -48,7 +48,6 @@ class Call:
     abandoned: bool = False
     returned: bool = False  # the handler is done; its tasks may still be settling
     released: bool = False
-    finished: threading.Event = field(default_factory=threading.Event)
 
     @property
     def name(self) -> str:
@@ -115,7 +114,6 @@ class Execution:
             self.report(exc, phase="execute", task=call.name)
         finally:
             close_old_connections()
-            call.finished.set()
             self.on_done(call)
 
     async def run_async(self, call: Call, db_executor: Any) -> None:
@@ -150,7 +148,6 @@ class Execution:
         except Exception as exc:
             self.report(exc, phase="execute", task=call.name)
         finally:
-            call.finished.set()
             self.on_done(call)
 
     # ------------------------------------------------------------ settling

@@ -21,9 +21,8 @@ import logging
 import queue
 import threading
 from collections import Counter
-from concurrent.futures import Future
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import Any, cast
 
 from django.db import connections
 from django.db.utils import InterfaceError, OperationalError
@@ -41,13 +40,54 @@ MAX_GROUP = 64
 
 
 class _Item:
-    __slots__ = ("task_id", "worker_id", "result_json", "future")
+    """One completion and its outcome, which the settler sets once and the handler waits for.
+
+    A bare lock, held from creation until the outcome is set, is the whole
+    hand-off: a concurrent.futures.Future would build a Condition, its lock and
+    a waiter lock for every task.
+    """
+
+    __slots__ = ("task_id", "worker_id", "result_json", "_ready", "_set", "_row", "_error")
 
     def __init__(self, task_id: str, worker_id: str, result_json: str | None) -> None:
         self.task_id = task_id
         self.worker_id = worker_id
         self.result_json = result_json
-        self.future: Future[TaskRecord] = Future()
+        self._ready = threading.Lock()
+        self._ready.acquire()  # released once, when the outcome is set
+        self._set = False
+        self._row: TaskRecord | None = None
+        self._error: BaseException | None = None
+
+    @property
+    def future(self) -> _Item:
+        """The item is its own future: `.result()`, `.done()`, `.set_result()` as on a Future."""
+        return self
+
+    def done(self) -> bool:
+        return self._set
+
+    def set_result(self, row: TaskRecord) -> None:
+        self._row = row
+        self._settle()
+
+    def set_exception(self, error: BaseException) -> None:
+        self._error = error
+        self._settle()
+
+    def _settle(self) -> None:
+        if self._set:
+            raise RuntimeError(f"the completion of {self.task_id} was settled twice")
+        self._set = True
+        self._ready.release()
+
+    def result(self) -> TaskRecord:
+        """Block until the outcome is set; return the row or raise the error."""
+        self._ready.acquire()
+        self._ready.release()  # a second look (there is none today) would not block
+        if self._error is not None:
+            raise self._error
+        return cast(TaskRecord, self._row)
 
 
 class Settler:
@@ -107,7 +147,7 @@ class Settler:
                 self._items.put(item)
         if not queued:
             return self._write_alone(item)
-        return item.future.result()
+        return item.result()
 
     # ------------------------------------------------------------ the thread
     def _run(self) -> None:
@@ -141,7 +181,7 @@ class Settler:
             rows = self._attempt(group)
         except Exception as exc:
             if len(group) == 1:
-                group[0].future.set_exception(exc)
+                group[0].set_exception(exc)
                 return
             # Whatever broke the group may be one row's doing: settle each alone
             # so the others are not held hostage to it.
@@ -151,17 +191,17 @@ class Settler:
             )
             for item in group:
                 try:
-                    item.future.set_result(self._write_alone(item))
+                    item.set_result(self._write_alone(item))
                 except Exception as one_exc:
-                    item.future.set_exception(one_exc)
+                    item.set_exception(one_exc)
             return
         self.groups += 1
         self.settled += sum(row is not None for row in rows)
         for item, row in zip(group, rows, strict=True):  # a row per item, None if lost
             if row is None:
-                item.future.set_exception(LostLease(item.task_id))
+                item.set_exception(LostLease(item.task_id))
             else:
-                item.future.set_result(row)
+                item.set_result(row)
 
     def _attempt(self, group: list[_Item]) -> list[TaskRecord | None]:
         batch = [(i.task_id, i.worker_id, i.result_json) for i in group]
@@ -198,7 +238,7 @@ class Settler:
                 item = self._items.get_nowait()
             except queue.Empty:
                 return
-            if item is not None and not item.future.done():
-                item.future.set_exception(
+            if item is not None and not item.done():
+                item.set_exception(
                     RuntimeError("the settler thread stopped before writing this completion")
                 )
