@@ -52,6 +52,34 @@ class AtomicCompletion:
         self.result = result
 
 
+class _OwnershipLock:
+    """The context's lock: an RLock that also waits out a completion being written elsewhere.
+
+    A completion the worker hands to its settler thread (`begin_completion`)
+    is written after the handler thread has let go of the lock, so whoever
+    takes the lock meanwhile (an abandon at shutdown, a thread the handler
+    left behind) first waits for that write's outcome, exactly as it would
+    have waited for the handler thread holding the lock through the write.
+    """
+
+    __slots__ = ("_rlock", "pending")
+
+    def __init__(self) -> None:
+        self._rlock = threading.RLock()
+        #: Held while a completion is being written on another thread.
+        self.pending: threading.Lock | None = None
+
+    def __enter__(self) -> None:
+        self._rlock.acquire()
+        pending = self.pending
+        if pending is not None:
+            pending.acquire()
+            pending.release()
+
+    def __exit__(self, *exc: object) -> None:
+        self._rlock.release()
+
+
 class TaskContext:
     """One claimed task, as its handler sees it."""
 
@@ -77,7 +105,7 @@ class TaskContext:
         self._retries = retries
         # Serializes "may I still write?" with the write itself, so the worker
         # abandoning an attempt and the handler settling it cannot interleave.
-        self._lock = threading.RLock()
+        self._lock = _OwnershipLock()
         # The lost-lease flag; an Event only once someone waits on it, as
         # most attempts never lose their lease and nobody waits.
         self._lost = False
@@ -380,6 +408,37 @@ class TaskContext:
                 return self.fail_unserializable(exc)
             self._settle(row)
             return row
+
+    def begin_completion(self) -> bool:
+        """Start a completion that another thread writes; False if there is nothing to complete.
+
+        The attempt is settling from here, as during `complete_unsettled`'s
+        write, and the lock's next holder waits until `end_completion`
+        reports the write's outcome.
+        """
+        with self._lock:
+            if self.settled or self.lost_lease:
+                return False
+            pending = threading.Lock()
+            pending.acquire()
+            self._begin_settling()
+            self._lock.pending = pending
+            return True
+
+    def end_completion(self, row: TaskRecord | None, *, lost: bool = False) -> None:
+        """The outcome of the write `begin_completion` started: the row, lost, or neither (it failed)."""
+        if row is not None:
+            self.observe_cancel(row.cancel_requested)
+            self.final = row
+        with self._state_lock:
+            if row is not None:
+                self.settled = True
+            elif lost:
+                self._set_lost()
+            self._settling = False
+            pending, self._lock.pending = self._lock.pending, None
+        if pending is not None:
+            pending.release()
 
     def fail_unsettled(self, envelope: dict[str, Any], retryable: bool) -> TaskRecord | None:
         """Fail the task with `envelope`, with backoff while attempts remain if retryable."""
