@@ -300,13 +300,15 @@ class Execution:
 
     def _end_one(self, ctx: TaskContext, duration: float, raised: BaseException | None) -> None:
         row = ctx.final
-        if (
-            row is not None
-            and row.status == "succeeded"
-            and not signals.task_succeeded.receivers
-            and not logger.isEnabledFor(logging.INFO)
-        ):
-            return  # the common end, with nothing to log and nobody to tell
+        if row is not None and row.status == "succeeded":
+            # The common end: its line and message built only if it is logged.
+            if logger.isEnabledFor(logging.INFO):
+                logger.info(
+                    "Task %s %s attempt %s succeeded in %.3fs.", ctx.name, ctx.task_id,
+                    attempt_label(ctx.attempt, ctx.max_attempts), duration,
+                )
+            self.send(signals.task_succeeded, task=row, duration=duration)
+            return
         where = f"Task {ctx.name} {ctx.task_id} attempt {attempt_label(ctx.attempt, ctx.max_attempts)}"
         if row is None:
             logger.warning(
