@@ -15,7 +15,6 @@ from collections import defaultdict, deque
 from .context import TaskContext
 from .execution import Call
 
-
 # Enough for every call a busy worker releases during any gap a heartbeat could
 # report, without growing with the worker's lifetime.
 _RELEASED_KEPT = 4096
