@@ -150,3 +150,37 @@ def settler_item(task_id):
     from cairnq_django.worker.settler import _Item
 
     return _Item(task_id, "w1", None)
+
+
+def test_complete_later_hands_each_outcome_to_its_callback_after_the_commit(live_store):
+    gate = HeldGate()
+    settler = Settler(live_store, write_gate=gate)
+    settler.start()
+    held, expired = claimed(live_store, 2)
+    expire_lease(live_store, expired.id)
+    outcomes = {}
+    done = threading.Event()
+
+    def then(task_id):
+        def record(row, error):
+            # Called once the group is written, on the settler thread itself.
+            outcomes[task_id] = (row, error, threading.current_thread().name)
+            if len(outcomes) == 2:
+                done.set()
+
+        return record
+
+    with gate.lock:
+        assert settler.complete_later(held.id, "w1", encode_result({"ok": 1}), then(held.id))
+        assert gate.reached.wait(30)
+        assert not outcomes  # nothing is reported before the write
+        assert settler.complete_later(expired.id, "w1", encode_result(None), then(expired.id))
+    assert done.wait(30)
+    settler.stop()
+    row, error, thread = outcomes[held.id]
+    assert error is None and row.status == "succeeded" and row.result == {"ok": 1}
+    assert thread == "cairnq-settler"
+    row, error, _ = outcomes[expired.id]
+    assert row is None and isinstance(error, LostLease)
+    # Stopped: nothing more is queued, and the caller is told so.
+    assert not settler.complete_later(held.id, "w1", None, then("late"))

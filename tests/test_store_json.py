@@ -97,3 +97,27 @@ def test_a_different_protocol_major_is_refused(protocol_version_2):
             operation()
         assert "protocol_version '2'" in str(info.value)
     assert raw(store, "SELECT count(*) FROM cairnq_tasks")[0][0] == 0
+
+
+def test_a_row_read_in_column_order_decodes_as_from_row_does():
+    """encoding.record's fast path (TaskRecord.from_sequence) against from_row."""
+    from cairnq_django.records import COLUMNS, TaskRecord
+    from cairnq_django.store.encoding import record
+
+    rows = [
+        ("task_1", "n", "default", "queued", "{}", None, None, "{}", None, None,
+         0, 3, 0, None, None, 1, None, None, "task_1", None, 1, 1, None),
+        ("task_2", "n", "q", "failed", '{"a": [1, 2]}', b'"r"', b'{"code": "x"}', "not json",
+         decimal.Decimal("0.5"), b"caf\xc3\xa9", 2, 3, -1, "w", 5, 1, 7, "task_1", "task_1",
+         "c", 1, 2, 3),
+        ("task_3", "n", "q", "running", b"\xff", "[]", None, '{"k": "v"}', 1, "m",
+         1, 1, 0, "w", 9, 1, None, None, "task_3", None, 1, 1, None),
+    ]
+    for row in rows:
+        fast, slow = record(row), TaskRecord.from_row(dict(zip(COLUMNS, row, strict=True)))
+        assert fast == slow
+        assert [type(getattr(fast, c)) for c in COLUMNS] == [type(getattr(slow, c)) for c in COLUMNS]
+        with pytest.raises(AttributeError):  # still frozen
+            fast.status = "succeeded"  # type: ignore[misc]
+    with pytest.raises(ValueError):
+        record(rows[0][:-1])

@@ -315,3 +315,38 @@ def test_a_renewal_on_postgres_does_not_wait_for_its_wal_flush(live_store, claim
     assert "SET LOCAL synchronous_commit TO OFF" in sql, sql
     assert get(claimed.task_id).lease_until_ms > before
     assert errors == [] and not claimed.lost_lease
+
+
+def test_a_completion_written_elsewhere_is_waited_for_by_the_next_lock_holder(
+    live_store, claimed
+):
+    """begin_completion: the settling write runs on another thread, and the
+    context's lock makes an abandon (shutdown) wait for its outcome, as it
+    waited for the handler thread that used to hold the lock through it."""
+    ctx = claimed
+    assert ctx.begin_completion()
+    assert ctx.settled_or_settling()  # a heartbeat finding the row gone is not a lost lease
+    assert not ctx.mark_lost_unless_settling()
+    abandon, outcome = in_thread(
+        lambda: ctx.abandon({"code": "shutdown", "message": "stop"}, delay_ms=0)
+    )
+    time.sleep(0.2)
+    assert abandon.is_alive()  # waiting for the completion's outcome
+    row = live_store.complete(ctx.task_id, WORKER, {"done": True})
+    ctx.end_completion(row)
+    abandon.join(30)
+    assert outcome.get("value", "missing") is None, outcome  # already settled: nothing written
+    assert ctx.settled and ctx.final.status == "succeeded"
+    assert get(ctx.task_id).status == "succeeded"
+    assert not ctx.begin_completion()  # settled: nothing left to complete
+
+
+def test_a_completion_written_elsewhere_that_lost_its_lease_flags_the_context(
+    live_store, claimed
+):
+    ctx = claimed
+    assert ctx.begin_completion()
+    ctx.end_completion(None, lost=True)
+    assert ctx.lost_lease and not ctx.settled and not ctx.settled_or_settling()
+    assert ctx.wait_lost_lease(0)
+    assert ctx.fail_unsettled({"code": "x", "message": "y"}, True) is None

@@ -208,3 +208,70 @@ def test_on_error_setting_is_a_dotted_path(live_store, settings):
     worker = Worker(registry=reg, burst=True)
     worker.report(RuntimeError("disk full"), phase="claim")
     assert COLLECTED == [("RuntimeError", {"phase": "claim", "worker_id": worker.worker_id})]
+
+
+def test_a_completion_the_database_refuses_once_is_written_again(live_store, monkeypatch):
+    """A returned call's completion goes to the settler without its handler
+    thread waiting; the group meeting a database error twice (the settler's
+    own reconnect included) still gets one more write, as the handler's own
+    settle did, and the task succeeds once."""
+    from django.db.utils import OperationalError
+
+    errors, runs = [], []
+    real = live_store.complete_encoded_many
+    refusals = iter([True, True])
+
+    def refuse_first_writes(items):
+        if next(refusals, False):
+            raise OperationalError("the server closed the connection")
+        return real(items)
+
+    monkeypatch.setattr(live_store, "complete_encoded_many", refuse_first_writes)
+    reg = Registry()
+    reg.register("ip.once", lambda ctx, payload: runs.append(ctx.attempt) or "done")
+    task = enqueue("ip.once", {})
+    worker = Worker(
+        registry=reg, burst=True, concurrency=1,
+        on_error=lambda exc, context: errors.append((exc, context)),
+    )
+    worker.store = live_store
+    worker.settler.store = live_store
+    worker.run()
+    row = get(task.id)
+    assert row.status == "succeeded" and row.result == "done" and row.attempt == 1
+    assert runs == [1] and not errors
+
+
+def test_a_completion_the_database_keeps_refusing_is_reported_and_left_to_recovery(
+    live_store, monkeypatch
+):
+    from django.db.utils import OperationalError
+
+    errors, ended = [], []
+
+    def refuse(items):
+        raise OperationalError("the server closed the connection")
+
+    monkeypatch.setattr(live_store, "complete_encoded_many", refuse)
+    reg = Registry()
+    reg.register("ip.stuck", lambda ctx, payload: "done")
+    task = enqueue("ip.stuck", {})
+    worker = Worker(
+        registry=reg, burst=True, concurrency=1,
+        on_error=lambda exc, context: errors.append((exc, context)),
+    )
+    worker.store = live_store
+    worker.settler.store = live_store
+
+    def succeeded(sender, task, **kwargs):
+        ended.append(task.id)
+
+    signals.task_succeeded.connect(succeeded)
+    try:
+        worker.run()
+    finally:
+        signals.task_succeeded.disconnect(succeeded)
+    assert get(task.id).status == "running"  # lease recovery settles it later
+    assert not ended  # never reported as done
+    assert [context["phase"] for _, context in errors] == ["settle"]
+    assert len(worker._in_flight) == 0  # the call was released all the same

@@ -8,7 +8,7 @@ from typing import Any
 from .. import jsoncodec
 from ..errors import SerializationError, error_envelope
 from ..jsoncodec import storable
-from ..records import COLUMNS, TaskRecord
+from ..records import TaskRecord
 
 LEASE_EXPIRED = jsoncodec.dumps(
     error_envelope(
@@ -65,4 +65,4 @@ def error_json(error: Any, retryable: bool) -> str:
 
 def record(row: Sequence[Any]) -> TaskRecord:
     """A task row, columns in records.COLUMNS order, as a TaskRecord."""
-    return TaskRecord.from_row(dict(zip(COLUMNS, row, strict=True)))
+    return TaskRecord.from_sequence(row)

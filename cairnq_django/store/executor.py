@@ -66,6 +66,19 @@ def unreadable_meta_error(using: str, exc: BaseException) -> Exception:
     )
 
 
+def _returns_rows(cursor: Any) -> bool:
+    """`cursor.description is not None`: whether the statement just run returned a result set.
+
+    psycopg builds a Column object per field every time `description` is read
+    (23 for a task row, on every claim and completion); its result's field
+    count answers the common case first. Other drivers answer as before.
+    """
+    result = getattr(getattr(cursor, "cursor", None), "pgresult", None)
+    if result is not None and result.nfields:
+        return True
+    return cursor.description is not None
+
+
 class Executor:
     """Runs compiled statements and SQL text on the connection of one database alias."""
 
@@ -81,7 +94,7 @@ class Executor:
         sql_text, params = statement.bind(self.using, values or {}, shape, rows, now)
         with connections[self.using].cursor() as cursor:
             cursor.execute(sql_text, params)
-            return cursor.fetchall() if cursor.description is not None else []
+            return cursor.fetchall() if _returns_rows(cursor) else []
 
     def run_sql(self, sql_text: str, params: Sequence[Any] = ()) -> None:
         """Run SQL text (store/sql.py) for its effect."""

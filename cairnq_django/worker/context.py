@@ -52,6 +52,34 @@ class AtomicCompletion:
         self.result = result
 
 
+class _OwnershipLock:
+    """The context's lock: an RLock that also waits out a completion being written elsewhere.
+
+    A completion the worker hands to its settler thread (`begin_completion`)
+    is written after the handler thread has let go of the lock, so whoever
+    takes the lock meanwhile (an abandon at shutdown, a thread the handler
+    left behind) first waits for that write's outcome, exactly as it would
+    have waited for the handler thread holding the lock through the write.
+    """
+
+    __slots__ = ("_rlock", "pending")
+
+    def __init__(self) -> None:
+        self._rlock = threading.RLock()
+        #: Held while a completion is being written on another thread.
+        self.pending: threading.Lock | None = None
+
+    def __enter__(self) -> None:
+        self._rlock.acquire()
+        pending = self.pending
+        if pending is not None:
+            pending.acquire()
+            pending.release()
+
+    def __exit__(self, *exc: object) -> None:
+        self._rlock.release()
+
+
 class TaskContext:
     """One claimed task, as its handler sees it."""
 
@@ -77,8 +105,11 @@ class TaskContext:
         self._retries = retries
         # Serializes "may I still write?" with the write itself, so the worker
         # abandoning an attempt and the handler settling it cannot interleave.
-        self._lock = threading.RLock()
-        self._lost = threading.Event()
+        self._lock = _OwnershipLock()
+        # The lost-lease flag; an Event only once someone waits on it, as
+        # most attempts never lose their lease and nobody waits.
+        self._lost = False
+        self._lost_event: threading.Event | None = None
         # Guards `settled` and `_settling` only, and is never held across a
         # database call: the heartbeat asks it whether a task missing from its
         # answer is being settled here, and must not wait behind a write.
@@ -153,14 +184,27 @@ class TaskContext:
     @property
     def lost_lease(self) -> bool:
         """True once this attempt no longer owns the task; stop doing side effects."""
-        return self._lost.is_set()
+        return self._lost
 
     def wait_lost_lease(self, timeout: float | None = None) -> bool:
         """Block until the lease is lost (or timeout); return whether it was."""
-        return self._lost.wait(timeout)
+        with self._state_lock:
+            if self._lost:
+                return True
+            if self._lost_event is None:
+                self._lost_event = threading.Event()
+            event = self._lost_event
+        return event.wait(timeout)
 
     def mark_lost_lease(self) -> None:
-        self._lost.set()
+        with self._state_lock:
+            self._set_lost()
+
+    def _set_lost(self) -> None:
+        """Raise the lost-lease flag and wake its waiters; the caller holds `_state_lock`."""
+        self._lost = True
+        if self._lost_event is not None:
+            self._lost_event.set()
 
     def settled_or_settling(self) -> bool:
         """True once a settling write of this attempt has started (or finished).
@@ -178,7 +222,7 @@ class TaskContext:
         with self._state_lock:
             if self.settled or self._settling:
                 return False
-            self._lost.set()
+            self._set_lost()
             return True
 
     def _begin_settling(self) -> None:
@@ -194,7 +238,7 @@ class TaskContext:
             self._cancel_seen = True
 
     def _require_lease(self) -> None:
-        if self._lost.is_set():
+        if self._lost:
             raise LostLease(self.task_id)
 
     def _owned(self, write: Callable[[], TaskRecord], *, settling: bool = False) -> TaskRecord:
@@ -214,7 +258,7 @@ class TaskContext:
             try:
                 row = write()
             except LostLease:
-                self._lost.set()
+                self.mark_lost_lease()
                 if settling:
                     self._abort_settling()
                 raise
@@ -365,6 +409,37 @@ class TaskContext:
             self._settle(row)
             return row
 
+    def begin_completion(self) -> bool:
+        """Start a completion that another thread writes; False if there is nothing to complete.
+
+        The attempt is settling from here, as during `complete_unsettled`'s
+        write, and the lock's next holder waits until `end_completion`
+        reports the write's outcome.
+        """
+        with self._lock:
+            if self.settled or self.lost_lease:
+                return False
+            pending = threading.Lock()
+            pending.acquire()
+            self._begin_settling()
+            self._lock.pending = pending
+            return True
+
+    def end_completion(self, row: TaskRecord | None, *, lost: bool = False) -> None:
+        """The outcome of the write `begin_completion` started: the row, lost, or neither (it failed)."""
+        if row is not None:
+            self.observe_cancel(row.cancel_requested)
+            self.final = row
+        with self._state_lock:
+            if row is not None:
+                self.settled = True
+            elif lost:
+                self._set_lost()
+            self._settling = False
+            pending, self._lock.pending = self._lock.pending, None
+        if pending is not None:
+            pending.release()
+
     def fail_unsettled(self, envelope: dict[str, Any], retryable: bool) -> TaskRecord | None:
         """Fail the task with `envelope`, with backoff while attempts remain if retryable."""
         with self._lock:
@@ -387,7 +462,7 @@ class TaskContext:
         """
         with self._lock:
             settled_or_lost = self.settled or self.lost_lease
-            self._lost.set()
+            self.mark_lost_lease()
             if settled_or_lost:
                 return None
             delay = self.retry_delay_ms() if delay_ms is None else delay_ms

@@ -22,17 +22,25 @@ from functools import partial
 from typing import Any
 
 from django.db import close_old_connections
+from django.db.utils import InterfaceError, OperationalError
 
 from .. import signals
-from ..errors import LostLease, Snooze
+from ..errors import LostLease, SerializationError, Snooze
 from ..pooling import release_all
 from ..records import TaskRecord, attempt_label
 from ..store import Store
+from ..store.encoding import encode_result
 from .context import TaskContext
 from .envelopes import as_envelope
 from .registry import Registration
 
 logger = logging.getLogger("cairnq_django.worker")
+
+
+# Settler.complete_later: (task_id, worker_id, encoded result, then(row, error)) -> queued.
+CompleteLater = Callable[
+    [str, str, str | None, Callable[[TaskRecord | None, BaseException | None], None]], bool
+]
 
 
 @dataclass(eq=False)
@@ -48,7 +56,6 @@ class Call:
     abandoned: bool = False
     returned: bool = False  # the handler is done; its tasks may still be settling
     released: bool = False
-    finished: threading.Event = field(default_factory=threading.Event)
 
     @property
     def name(self) -> str:
@@ -80,6 +87,7 @@ class Execution:
         report: Callable[..., None],
         write_completion: Callable[[str, str, Any], TaskRecord] | None = None,
         on_returned: Callable[[Call], None] | None = None,
+        complete_later: CompleteLater | None = None,
     ) -> None:
         self.worker = worker
         self.store = store
@@ -88,6 +96,9 @@ class Execution:
         # The worker passes its Settler's group commit; alone, one write a task.
         self.write_completion = write_completion or store.complete
         self.on_returned = on_returned or (lambda call: None)
+        # The Settler's complete_later: a sync call that returned hands its
+        # completion over and its thread moves on (see _complete_later).
+        self.complete_later = complete_later
 
     # ------------------------------------------------------------ running
     def run_sync(self, call: Call) -> None:
@@ -97,6 +108,7 @@ class Execution:
             self.on_done(call)
             return
         close_old_connections()
+        handed_over = False
         try:
             self.started(call)
             try:
@@ -110,13 +122,15 @@ class Execution:
             else:
                 self.on_returned(call)
                 release_all()
-                self.finish_returned(call, result)
+                handed_over = self._complete_later(call, result)
+                if not handed_over:
+                    self.finish_returned(call, result)
         except Exception as exc:  # a settle that failed: already logged per task
             self.report(exc, phase="execute", task=call.name)
         finally:
             close_old_connections()
-            call.finished.set()
-            self.on_done(call)
+            if not handed_over:
+                self.on_done(call)
 
     async def run_async(self, call: Call, db_executor: Any) -> None:
         """Run an async handler call on the event loop; database work goes to threads."""
@@ -150,7 +164,6 @@ class Execution:
         except Exception as exc:
             self.report(exc, phase="execute", task=call.name)
         finally:
-            call.finished.set()
             self.on_done(call)
 
     # ------------------------------------------------------------ settling
@@ -161,6 +174,63 @@ class Execution:
             value = (results or {}).get(ctx.task_id) if call.batched else result
             self._guarded(ctx, partial(self._complete, ctx, value))
         self.ended(call)
+
+    def _complete_later(self, call: Call, result: Any, *, retry: bool = True) -> bool:
+        """Hand a returned one-task call's completion to the settler; whether it was taken.
+
+        The handler thread then moves on instead of sleeping until the group
+        commits and being woken again: the settler thread, once the row is
+        written, settles the context, reports the end and releases the call
+        (_completed_later), in the order finish_returned and run_sync would.
+        Not taken (the usual path follows) for a batch, a task already
+        settled or lost, a result that cannot be stored, or a stopping settler.
+        """
+        if self.complete_later is None or call.batched or len(call.contexts) != 1:
+            return False
+        ctx = call.contexts[0]
+        try:
+            encoded = encode_result(result)
+        except SerializationError:
+            return False  # complete_unsettled fails the task for it
+        if not ctx.begin_completion():
+            return False
+        then = partial(self._completed_later, call, ctx, result, encoded, retry)
+        if not self.complete_later(ctx.task_id, ctx.worker_id, encoded, then):
+            ctx.end_completion(None)  # nothing was written: the usual path writes it
+            return False
+        return True
+
+    def _completed_later(
+        self, call: Call, ctx: TaskContext, result: Any, encoded: str | None, retry: bool,
+        row: TaskRecord | None, error: BaseException | None,
+    ) -> None:
+        """On the settler thread: the outcome of a completion _complete_later handed over."""
+        try:
+            if retry and isinstance(error, (OperationalError, InterfaceError)):
+                # Worth one more write, as complete_unsettled gives its own:
+                # the handler's work is done, and losing its completion to a
+                # connection the server dropped would run it again.
+                then = partial(self._completed_later, call, ctx, result, encoded, False)
+                if self.complete_later is not None and self.complete_later(
+                    ctx.task_id, ctx.worker_id, encoded, then
+                ):
+                    return  # still settling: the call is released after that write
+                try:  # the settler is stopping: written alone, here
+                    row, error = self.write_completion(ctx.task_id, ctx.worker_id, result), None
+                except Exception as exc:
+                    error = exc
+            if error is None:
+                ctx.end_completion(row)
+            elif isinstance(error, LostLease):
+                ctx.end_completion(None, lost=True)
+            else:
+                # Left running: lease recovery settles it if this worker cannot.
+                ctx.end_completion(None)
+                self.report(error, phase="settle", task=ctx.name, task_id=ctx.task_id)
+            self.ended(call)
+        except Exception as exc:
+            self.report(exc, phase="execute", task=call.name)
+        self.on_done(call)
 
     def finish_raised(self, call: Call, exc: BaseException) -> None:
         """Fail every task the call left unsettled, as the exception says (Snooze snoozes them)."""
@@ -206,12 +276,20 @@ class Execution:
 
     # ------------------------------------------------------------ reporting
     def started(self, call: Call) -> None:
+        # Per task, so the disabled log line and the signal nobody receives
+        # are skipped before any of their arguments are built.
+        log = logger.isEnabledFor(logging.INFO)
+        listened = bool(signals.task_started.receivers)
+        if not (log or listened):
+            return
         for ctx in call.contexts:
-            logger.info(
-                "Task %s %s attempt %s started.",
-                ctx.name, ctx.task_id, attempt_label(ctx.attempt, ctx.max_attempts),
-            )
-            self.send(signals.task_started, task=ctx.record)
+            if log:
+                logger.info(
+                    "Task %s %s attempt %s started.",
+                    ctx.name, ctx.task_id, attempt_label(ctx.attempt, ctx.max_attempts),
+                )
+            if listened:
+                self.send(signals.task_started, task=ctx.record)
 
     def ended(self, call: Call, raised: BaseException | None = None) -> None:
         """Log one end line per task and send its signal, once per task."""
@@ -222,6 +300,15 @@ class Execution:
 
     def _end_one(self, ctx: TaskContext, duration: float, raised: BaseException | None) -> None:
         row = ctx.final
+        if row is not None and row.status == "succeeded":
+            # The common end: its line and message built only if it is logged.
+            if logger.isEnabledFor(logging.INFO):
+                logger.info(
+                    "Task %s %s attempt %s succeeded in %.3fs.", ctx.name, ctx.task_id,
+                    attempt_label(ctx.attempt, ctx.max_attempts), duration,
+                )
+            self.send(signals.task_succeeded, task=row, duration=duration)
+            return
         where = f"Task {ctx.name} {ctx.task_id} attempt {attempt_label(ctx.attempt, ctx.max_attempts)}"
         if row is None:
             logger.warning(
@@ -262,6 +349,8 @@ class Execution:
 
     def send(self, signal: Any, **kwargs: Any) -> None:
         """Send a worker signal; a receiver that raises is logged, never fatal."""
+        if not signal.receivers:
+            return  # nobody listens: skip building the send's arguments and lists
         for receiver, response in signal.send_robust(
             sender=type(self.worker), worker=self.worker, **kwargs
         ):

@@ -141,6 +141,7 @@ class Worker:
         self.execution = Execution(
             worker=self, store=self.store, on_done=self._in_flight.release, report=self.report,
             write_completion=self.settler.complete, on_returned=self._in_flight.returned,
+            complete_later=self.settler.complete_later,
         )
         self._threads: HandlerThreads | None = None
         self._loop_thread: EventLoopThread | None = None

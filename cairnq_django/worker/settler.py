@@ -4,15 +4,20 @@ A no-op task costs two transactions, its claim and its completion, and the
 completion's commit is the larger part: on PostgreSQL each commit waits for
 a WAL flush, and on SQLite eight handler threads committing at once queue in
 SQLite's busy handler, which sleeps in steps of milliseconds. So handler
-threads hand their completions to one settler thread and wait; the settler
-writes whatever has gathered, each row with its own ownership check, in one
-short transaction, then wakes every waiter with its own row. Nothing waits
-on purpose to make a group larger: completions that arrive while one group
-is being written form the next.
+threads hand their completions to one settler thread; the settler writes
+whatever has gathered, each row with its own ownership check, in one short
+transaction, then gives every completion its own outcome. Nothing waits on
+purpose to make a group larger: completions that arrive while one group is
+being written form the next.
 
-A handler thread still learns its own outcome (the written row, LostLease,
-or the database error) before its call is released, so a completion is
-never reported, signalled or counted before it is committed.
+A completion queued with complete() is waited for by its handler thread. The
+common one, a one-task call that returned, is queued with complete_later()
+instead: its handler thread moves on at once (no sleep and wake-up per task),
+and the settler thread itself, right after the commit, passes the outcome
+to the worker's callback, which settles the context, reports the end and
+releases the call. Either way the outcome (the written row, LostLease, or
+the database error) is known before the call is released, so a completion
+is never reported, signalled or counted before it is committed.
 """
 
 from __future__ import annotations
@@ -21,9 +26,9 @@ import logging
 import queue
 import threading
 from collections import Counter
-from concurrent.futures import Future
+from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Any
+from typing import Any, cast
 
 from django.db import connections
 from django.db.utils import InterfaceError, OperationalError
@@ -41,13 +46,73 @@ MAX_GROUP = 64
 
 
 class _Item:
-    __slots__ = ("task_id", "worker_id", "result_json", "future")
+    """One completion and its outcome, which the settler sets once and the handler waits for.
 
-    def __init__(self, task_id: str, worker_id: str, result_json: str | None) -> None:
+    A bare lock, held from creation until the outcome is set, is the whole
+    hand-off: a concurrent.futures.Future would build a Condition, its lock and
+    a waiter lock for every task.
+    """
+
+    __slots__ = (
+        "task_id", "worker_id", "result_json", "_ready", "_set", "_row", "_error", "_then",
+    )
+
+    def __init__(
+        self, task_id: str, worker_id: str, result_json: str | None,
+        then: Callable[[TaskRecord | None, BaseException | None], None] | None = None,
+    ) -> None:
         self.task_id = task_id
         self.worker_id = worker_id
         self.result_json = result_json
-        self.future: Future[TaskRecord] = Future()
+        # With `then`, nobody waits: the outcome is passed to it on the settler thread.
+        self._then = then
+        self._ready: threading.Lock | None = None
+        if then is None:
+            self._ready = threading.Lock()
+            self._ready.acquire()  # released once, when the outcome is set
+        self._set = False
+        self._row: TaskRecord | None = None
+        self._error: BaseException | None = None
+
+    @property
+    def future(self) -> _Item:
+        """The item is its own future: `.result()`, `.done()`, `.set_result()` as on a Future."""
+        return self
+
+    def done(self) -> bool:
+        return self._set
+
+    def set_result(self, row: TaskRecord) -> None:
+        self._row = row
+        self._settle()
+
+    def set_exception(self, error: BaseException) -> None:
+        self._error = error
+        self._settle()
+
+    def _settle(self) -> None:
+        if self._set:
+            raise RuntimeError(f"the completion of {self.task_id} was settled twice")
+        self._set = True
+        if self._ready is not None:
+            self._ready.release()
+            return
+        assert self._then is not None  # noqa: S101 - an item has one or the other
+        try:
+            self._then(self._row, self._error)
+        except Exception:
+            # The callback reports its own failures; the settler must outlive it.
+            logger.exception("Handling the outcome of the completion of %s failed.", self.task_id)
+
+    def result(self) -> TaskRecord:
+        """Block until the outcome is set; return the row or raise the error."""
+        if self._ready is None:
+            raise RuntimeError("this completion's outcome goes to its callback")
+        self._ready.acquire()
+        self._ready.release()  # a second look (there is none today) would not block
+        if self._error is not None:
+            raise self._error
+        return cast(TaskRecord, self._row)
 
 
 class Settler:
@@ -107,7 +172,25 @@ class Settler:
                 self._items.put(item)
         if not queued:
             return self._write_alone(item)
-        return item.future.result()
+        return item.result()
+
+    def complete_later(
+        self, task_id: str, worker_id: str, result_json: str | None,
+        then: Callable[[TaskRecord | None, BaseException | None], None],
+    ) -> bool:
+        """Queue a completion (its result already encoded) without waiting for it.
+
+        Once the group that holds it is committed (or has failed), `then(row,
+        error)` runs on the settler thread: the written row, or None and
+        LostLease or the database error that the group met twice. Returns
+        False, queueing nothing, once the settler is stopping.
+        """
+        item = _Item(task_id, worker_id, result_json, then)
+        with self._open_lock:
+            if not self._open:
+                return False
+            self._items.put(item)
+        return True
 
     # ------------------------------------------------------------ the thread
     def _run(self) -> None:
@@ -141,7 +224,7 @@ class Settler:
             rows = self._attempt(group)
         except Exception as exc:
             if len(group) == 1:
-                group[0].future.set_exception(exc)
+                group[0].set_exception(exc)
                 return
             # Whatever broke the group may be one row's doing: settle each alone
             # so the others are not held hostage to it.
@@ -151,17 +234,17 @@ class Settler:
             )
             for item in group:
                 try:
-                    item.future.set_result(self._write_alone(item))
+                    item.set_result(self._write_alone(item))
                 except Exception as one_exc:
-                    item.future.set_exception(one_exc)
+                    item.set_exception(one_exc)
             return
         self.groups += 1
         self.settled += sum(row is not None for row in rows)
         for item, row in zip(group, rows, strict=True):  # a row per item, None if lost
             if row is None:
-                item.future.set_exception(LostLease(item.task_id))
+                item.set_exception(LostLease(item.task_id))
             else:
-                item.future.set_result(row)
+                item.set_result(row)
 
     def _attempt(self, group: list[_Item]) -> list[TaskRecord | None]:
         batch = [(i.task_id, i.worker_id, i.result_json) for i in group]
@@ -198,7 +281,7 @@ class Settler:
                 item = self._items.get_nowait()
             except queue.Empty:
                 return
-            if item is not None and not item.future.done():
-                item.future.set_exception(
+            if item is not None and not item.done():
+                item.set_exception(
                     RuntimeError("the settler thread stopped before writing this completion")
                 )
