@@ -77,6 +77,15 @@ class CascadingForeignKey(models.ForeignKey):
         """
         return "%s"
 
+    def get_placeholder_sql(
+        self, value: Any, compiler: Any, connection: BaseDatabaseWrapper
+    ) -> tuple[str, Sequence[Any]]:
+        """Django 6.1's spelling of get_placeholder (which 5.2 calls, and 6.1 deprecates alone)."""
+        if hasattr(value, "as_sql"):
+            sql, params = compiler.compile(value)
+            return sql, params
+        return "%s", (value,)
+
 
 class CascadingOneToOneField(CascadingForeignKey, models.OneToOneField):
     """CascadingForeignKey for a table with at most one row per task (the app's own tables).
