@@ -41,7 +41,7 @@ from . import sql
 from .django_private import is_client_binding, select_sql
 from .encoding import LEASE_EXPIRED
 from .executor import Executor
-from .protocol_statements import CLAIM_IDS, RECOVER, _paused_queues, tasks_of
+from .protocol_statements import CLAIM_IDS, RECOVER, paused_queues_of, tasks_of
 
 # How many candidates one read of the claim looks at: enough that tasks held
 # back by a limit do not hide the ones behind them, bounded so a claim never
@@ -123,7 +123,7 @@ def _rated(limits: Sequence[Limit], task: TaskRecord, key: str | None) -> list[t
 def due_tasks(using: str, now: int) -> TaskQuerySet:
     """Queued tasks due at `now` outside paused queues, any queue: what a limit could hold back."""
     return tasks_of(using).filter(status="queued", run_at_ms__lte=now).exclude(
-        queue__in=_paused_queues(using)
+        queue__in=paused_queues_of(using)
     )
 
 
@@ -423,7 +423,7 @@ class LimitedClaims:
     def _candidate_query(self, queues: Sequence[str], pick: _Pick, window: int) -> QuerySet[Any, Any]:
         """Due tasks in claim order, less the scopes found full, locked (PostgreSQL) for the claim."""
         rows = tasks_of(self.using).claimable(list(queues), pick.names_left).exclude(
-            queue__in=_paused_queues(self.using)
+            queue__in=paused_queues_of(self.using)
         )
         if pick.full_queues:
             rows = rows.exclude(queue__in=sorted(pick.full_queues))

@@ -72,10 +72,10 @@ def claim_shape(
 def _claimable(using: str, queues: int, names: int | None) -> TaskQuerySet:
     return tasks_of(using).claimable(
         _texts("q", queues), None if names is None else _texts("n", names)
-    ).exclude(queue__in=_paused_queues(using))
+    ).exclude(queue__in=paused_queues_of(using))
 
 
-def _paused_queues(using: str) -> QuerySet:
+def paused_queues_of(using: str) -> QuerySet:
     """Flow control (flow/pausing.py): the claim, its probe and the drained check skip these."""
     return QueueState.objects.using(using).filter(paused=True).values("queue")
 
