@@ -79,6 +79,11 @@ def _claim_plan(
     return queues, plan
 
 
+def claim_order(task: TaskRecord) -> tuple[int, int, str]:
+    """The protocol's claim order: highest priority, then earliest run_at, then id."""
+    return (-task.priority, task.run_at_ms, task.id)
+
+
 class LeaseOperations:
     """Claims and settles over one executor; every write checks that the caller holds the lease."""
 
@@ -129,7 +134,7 @@ class LeaseOperations:
             claimed = self._claim_one_round_trip(queues, worker_id, lease_ms, *plan[0], announce)
         if claimed is None:
             claimed = self._claim_in_transaction(queues, worker_id, lease_ms, plan, announce)
-        claimed.sort(key=lambda t: (-t.priority, t.run_at_ms, t.id))
+        claimed.sort(key=claim_order)
         return claimed
 
     def claim_limited(
@@ -167,7 +172,7 @@ class LeaseOperations:
         result = self._limited.claim(
             limits, queues, worker_id, lease_ms, plan, self.recover_leases, announce_sql, in_force
         )
-        result.tasks.sort(key=lambda t: (-t.priority, t.run_at_ms, t.id))
+        result.tasks.sort(key=claim_order)
         return result
 
     def _claim_in_transaction(
