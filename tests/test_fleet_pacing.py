@@ -13,10 +13,10 @@ import threading
 import time
 
 import pytest
-from django.db import connection, connections
+from django.db import connection, connections, transaction
 
 from cairnq_django import enqueue, get
-from cairnq_django.drained import announcement, drained_key
+from cairnq_django.drained import DRAINED_CHANNEL, announcement, drained_key
 from cairnq_django.wakeup import PostgresWakeup, get_wakeup
 from cairnq_django.wakeup.postgres import postgres_params
 from cairnq_django.worker import Registry, Worker
@@ -280,3 +280,29 @@ def test_the_listener_tells_a_worker_whether_another_worker_announced(live_store
         assert listener.peers_announced(key, "w2")
     finally:
         listener.close()
+
+
+@only_postgres
+def test_an_announcement_heard_before_the_wake_does_not_stand_a_worker_down(live_store):
+    # Notifications arrive in commit order: an announcement committed before
+    # the task was is from a claim that could not have taken it.
+    reg = Registry()
+    reg.register("herd.noop", lambda ctx, payload: "ran")
+    # Polls minutes apart: the task runs only if the wake is answered.
+    worker = Worker(registry=reg, concurrency=1, scheduler=False, poll_ms=60_000)
+    for _ in range(10):
+        worker._pacing.woken_claim(started=0)  # it lost many races
+    key = drained_key(worker.queues, worker.handlers)
+    wakeup = get_wakeup("default")
+    threads = _start([worker])
+    try:
+        assert wakeup.ready(10)
+        wait_for(lambda: wakeup.waiting >= 1, timeout=30)
+        with transaction.atomic():
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_notify(%s, %s)", [DRAINED_CHANNEL, announcement(key, "peer")])
+            task = enqueue("herd.noop", {})
+        done = wait_for(lambda: get(task.id).status == "succeeded" and get(task.id), timeout=30)
+    finally:
+        _stop([worker], threads)
+    assert done.result == "ran"

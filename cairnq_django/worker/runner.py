@@ -569,9 +569,11 @@ class Worker:
             # wakeup's poll interval can be longer than its report interval.
             self._refresh_presence()
             try:
-                drained_before = self._wakeup.drained_seen(self._drained_key)
                 if self._wakeup.wait_for_queued(self.queues, step):
-                    if self._stand_down(drained_before):
+                    # Only an announcement heard after the wake counts: notifications
+                    # arrive in commit order, so one heard before it is from a claim
+                    # that committed before this task did.
+                    if self._stand_down(self._wakeup.drained_seen(self._drained_key)):
                         continue
                     self._work_likely = True
                     self._woken = True
