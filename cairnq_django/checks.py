@@ -78,6 +78,8 @@ def check_settings(
     errors += _check_queue_depth(user.get("MAX_QUEUE_DEPTH"))
     errors += _check_positive_int(user, "CONCURRENCY")
     errors += _check_positive_int(user, "SWEEP_BATCH_SIZE")
+    if user.get("LISTENERS") is not None:
+        errors += _check_positive_int(user, "LISTENERS")
     queues = user.get("QUEUES", DEFAULTS["QUEUES"])
     if not isinstance(queues, (list, tuple)) or not queues or not all(
         isinstance(q, str) and q for q in queues

@@ -35,6 +35,10 @@ DEFAULTS: dict[str, Any] = {
     # parameters replace the alias's (e.g. "host=db.internal port=5432"), to
     # reach PostgreSQL directly past PgBouncer in transaction mode.
     "LISTEN_DATABASE": None,
+    # PostgreSQL: how many idle workers with the same queues and handlers
+    # LISTEN for new tasks; the others stand by until a seat frees
+    # (wakeup/seats.py). None: every worker listens.
+    "LISTENERS": 2,
     # Worker defaults (each has a command-line flag).
     "QUEUES": [DEFAULT_QUEUE],
     "CONCURRENCY": 8,

@@ -102,6 +102,7 @@ DATA_VERSION = "PRAGMA data_version"
 # its delivery probe (and a queue's resume, flow/pausing.py) sends. Django has
 # no LISTEN/NOTIFY. {channel} is one of the wakeup's constant channel names.
 LISTEN = "LISTEN {channel}"
+UNLISTEN = "UNLISTEN {channel}"
 NOTIFY = "SELECT pg_notify(%s, %s)"
 
 # The transactions writing cairnq_tasks right now (PostgreSQL), other than

@@ -44,6 +44,12 @@ class Wakeup:
         """Listen for finished tasks only from the first wait_for_done() on (a worker's choice)."""
 
     # ---------------------------------------------------- fleet coordination
+    def seek_seat(self, key: str) -> None:
+        """An idle worker of configuration `key` asks to hear new tasks (seats.py); here a no-op."""
+
+    def leave_seat(self, key: str) -> None:
+        """A worker of `key` whose slots are all taken gives up its wish (one call per seek)."""
+
     @property
     def healthy(self) -> bool:
         """Whether wakes are being delivered now, so the caller may poll rarely (see runner)."""

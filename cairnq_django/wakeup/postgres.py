@@ -11,7 +11,10 @@ probe.py checks, at every connect, that notifications arrive at all.
 from __future__ import annotations
 
 import logging
+import select
+import socket
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from contextlib import suppress
@@ -26,6 +29,14 @@ from ..records import DONE_CHANNEL, QUEUED_CHANNEL
 from ..store import sql
 from .base import RECONNECT_INITIAL_S, RECONNECT_MAX_S, Waits
 from .probe import PROBE_CHANNEL, DeliveryProbe, describe
+from .seats import (
+    GIVE_UP_SEAT_SQL,
+    SEAT_CHANNEL,
+    SeatBook,
+    give_up_seat_params,
+    take_seat_params,
+    take_seat_sql,
+)
 
 logger = logging.getLogger("cairnq_django.wakeup")
 
@@ -33,7 +44,7 @@ logger = logging.getLogger("cairnq_django.wakeup")
 _SENDERS_KEPT = 8
 
 
-# How often the listener leaves notifies() to check for close().
+# How often the listener stops waiting to check for close() and the probe.
 LISTEN_SLICE_S = 0.25
 # How many finished task ids are remembered for a waiter that registers just
 # after the notification arrived.
@@ -85,12 +96,25 @@ class PostgresWakeup(Waits):
     """LISTEN cairnq_queued / cairnq_done on a dedicated autocommit connection.
 
     With `probe_alias` (the queue's alias) each connect is followed by a
-    delivery probe (probe.py) sent through that alias.
+    delivery probe (probe.py) sent through that alias. With `seats`, workers
+    that seek_seat() share that many listening seats per key (seats.py);
+    None: every worker hears every wake.
     """
 
-    def __init__(self, conn_params: dict[str, Any], *, probe_alias: str | None = None) -> None:
+    def __init__(
+        self, conn_params: dict[str, Any], *, probe_alias: str | None = None,
+        seats: int | None = None,
+    ) -> None:
         super().__init__()
         self._params = conn_params
+        self._seats = seats or 0
+        self._book = SeatBook()
+        # Channels the current session LISTENs.
+        self._channels: set[str] = set()
+        # Wakes the listener out of its wait when a worker's seat wish changes.
+        self._poke_r, self._poke_w = socket.socketpair()
+        self._poke_r.setblocking(False)
+        self._poke_w.setblocking(False)
         self._probe: DeliveryProbe | None = None
         if probe_alias is not None:
             self._probe = DeliveryProbe(
@@ -152,17 +176,12 @@ class PostgresWakeup(Waits):
             conn = None
             try:
                 conn = psycopg.connect(**self._params, autocommit=True)
-                conn.execute(sql.LISTEN.format(channel=QUEUED_CHANNEL))
                 with self._cond:
-                    hear_done = self._hear_done
-                if hear_done:
-                    conn.execute(sql.LISTEN.format(channel=DONE_CHANNEL))
-                if self._probe is not None:
-                    conn.execute(sql.LISTEN.format(channel=PROBE_CHANNEL))
-                conn.execute(sql.LISTEN.format(channel=DRAINED_CHANNEL))
+                    self._channels = set()
+                    self._book.lost_all()  # a new session holds no lock
+                self._sync_channels(conn)
                 with self._cond:
                     self._listening = True
-                    self._hearing_done = hear_done
                     self._epoch += 1
                     self.connects += 1
                     self.backend_pid = conn.info.backend_pid
@@ -170,13 +189,17 @@ class PostgresWakeup(Waits):
                 if self._probe is not None:
                     self._probe.start()
                 backoff = RECONNECT_INITIAL_S
+                acted = False
                 while not self._stop.is_set():
-                    for note in conn.notifies(timeout=LISTEN_SLICE_S):
+                    # Statements just run may have read notifications into
+                    # psycopg's backlog, which the socket no longer shows.
+                    self._wait_readable(conn, 0.0 if acted else self._wait_s())
+                    for note in conn.notifies(timeout=0.0):
                         self._dispatch(note.channel, note.payload)
-                    if self._hear_done and not self._hearing_done:
-                        self._start_hearing_done(conn)
                     if self._probe is not None:
                         self._probe.check()
+                    acted = self._tend_seats(conn)
+                    acted = self._sync_channels(conn) or acted
             except Exception as exc:  # any failure means "reconnect later"
                 if not self._stop.is_set():
                     logger.warning(
@@ -191,18 +214,124 @@ class PostgresWakeup(Waits):
                     self._hearing_done = False
                     self.backend_pid = None
                 if conn is not None:
+                    self._give_up_seats(conn)
                     with suppress(Exception):
                         conn.close()
             self._stop.wait(backoff)
             backoff = min(backoff * 2, RECONNECT_MAX_S)
 
-    def _start_hearing_done(self, conn: Any) -> None:
-        conn.execute(sql.LISTEN.format(channel=DONE_CHANNEL))
+    def _wait_s(self) -> float:
         with self._cond:
-            self._hearing_done = True
-            # A task may have finished before the LISTEN took: waiters look again.
-            self._epoch += 1
-            self._wake_all()
+            deadline = self._book.next_deadline()
+        if deadline is None:
+            return LISTEN_SLICE_S
+        return min(LISTEN_SLICE_S, max(0.0, deadline - time.monotonic()))
+
+    def _wait_readable(self, conn: Any, timeout_s: float) -> None:
+        """Block until the session has something to read, a worker pokes, or the timeout."""
+        ready, _, _ = select.select([conn.fileno(), self._poke_r], [], [], timeout_s)
+        if self._poke_r in ready:
+            with suppress(BlockingIOError):
+                while self._poke_r.recv(64):
+                    pass
+
+    def _poke(self) -> None:
+        with suppress(OSError):  # full (a poke is pending anyway) or closed
+            self._poke_w.send(b"\0")
+
+    # ------------------------------------------------------------- channels
+    def _seats_decided(self) -> bool:
+        """Whether seats may be held: notifications are known to arrive (no pooler in between)."""
+        return bool(self._seats) and (self._probe is None or self._probe.delivering is True)
+
+    def _wanted_channels(self) -> set[str]:
+        """The channels this session should LISTEN now (call with the lock held)."""
+        channels = {PROBE_CHANNEL} if self._probe is not None else set()
+        if self._hear_done:
+            channels.add(DONE_CHANNEL)
+        decided = self._seats_decided() and self._book.in_use
+        if not decided or self._book.held:
+            channels |= {QUEUED_CHANNEL, DRAINED_CHANNEL}
+        if decided and self._book.seeking():
+            channels.add(SEAT_CHANNEL)
+        return channels
+
+    def _sync_channels(self, conn: Any) -> bool:
+        """LISTEN and UNLISTEN until the session hears what it should; True if it changed.
+
+        A wake channel newly heard wakes every waiter once: what was sent
+        while nobody here listened is found by looking again.
+        """
+        with self._cond:
+            wanted = self._wanted_channels()
+            current = set(self._channels)
+        if wanted == current:
+            return False
+        for channel in sorted(wanted - current):
+            conn.execute(sql.LISTEN.format(channel=channel))
+        for channel in sorted(current - wanted):
+            conn.execute(sql.UNLISTEN.format(channel=channel))
+        with self._cond:
+            self._channels = wanted
+            self._hearing_done = DONE_CHANNEL in wanted
+            if {QUEUED_CHANNEL, DONE_CHANNEL} & (wanted - current):
+                self._epoch += 1
+                self._wake_all()
+        return True
+
+    # ---------------------------------------------------------------- seats
+    def seek_seat(self, key: str) -> None:
+        if not self._seats:
+            return
+        with self._cond:
+            self._book.seek(key)
+        self._poke()
+
+    def leave_seat(self, key: str) -> None:
+        if not self._seats:
+            return
+        with self._cond:
+            self._book.leave(key, time.monotonic())
+        self._poke()
+
+    @property
+    def seats_held(self) -> dict[str, int]:
+        with self._cond:
+            return dict(self._book.held)
+
+    def _tend_seats(self, conn: Any) -> bool:
+        """Give up the seats whose grace ran out, try for the ones wanted; True if it acted."""
+        now = time.monotonic()
+        with self._cond:
+            if not self._seats_decided():
+                releases, tries = list(self._book.held), []
+            else:
+                releases, tries = self._book.due_releases(now), self._book.due_tries(now)
+        for key in releases:
+            self._give_up_seat(conn, key)
+        for key in tries:
+            row = conn.execute(take_seat_sql(self._seats), take_seat_params(key, self._seats)).fetchone()
+            with self._cond:
+                self._book.took(key, row[0], now)
+        return bool(releases or tries)
+
+    def _give_up_seat(self, conn: Any, key: str) -> None:
+        with self._cond:
+            seat = self._book.held.get(key)
+        if seat is not None:
+            conn.execute(GIVE_UP_SEAT_SQL, give_up_seat_params(key, seat, self._seats))
+        with self._cond:
+            self._book.gave_up(key)
+
+    def _give_up_seats(self, conn: Any) -> None:
+        """On the way out: hand the seats over at once rather than after a standby's retry."""
+        with self._cond:
+            keys = list(self._book.held)
+        for key in keys:
+            with suppress(Exception):
+                self._give_up_seat(conn, key)
+        with self._cond:
+            self._book.lost_all()
 
     def hear_done_on_demand(self) -> None:
         with self._cond:
@@ -218,6 +347,10 @@ class PostgresWakeup(Waits):
         if channel == PROBE_CHANNEL:
             if self._probe is not None:
                 self._probe.heard(payload)
+            return
+        if channel == SEAT_CHANNEL:
+            with self._cond:
+                self._book.freed(payload)
             return
         with self._cond:
             if channel == QUEUED_CHANNEL:
@@ -306,11 +439,14 @@ class PostgresWakeup(Waits):
         """Return a check for finishes counted after `base` (None: from now on)."""
         self._start()
         with self._cond:
-            # Heard from the listener's next slice on; until then the caller's
-            # own poll of the task's status covers the gap.
+            # Heard once the listener has LISTENed (it is poked); until then
+            # the caller's own poll of the task's status covers the gap.
+            poke = not self._hear_done
             self._hear_done = True
             epoch = self._epoch
             since = self._done_count if base is None else base
+        if poke:
+            self._poke()
 
         def finished() -> bool:
             if self._epoch != epoch:
@@ -349,6 +485,10 @@ class PostgresWakeup(Waits):
             self._closed = True
             self._wake_all()
         self._stop.set()
+        self._poke()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=LISTEN_SLICE_S * 8)
+        if thread is None or not thread.is_alive():
+            for end in (self._poke_r, self._poke_w):
+                end.close()

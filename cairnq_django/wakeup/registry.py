@@ -39,7 +39,9 @@ def build_wakeup(alias: str) -> Wakeup:
 
             from .postgres import PostgresWakeup, listen_params
 
-            return PostgresWakeup(listen_params(alias), probe_alias=alias)
+            return PostgresWakeup(
+                listen_params(alias), probe_alias=alias, seats=cairnq_settings.LISTENERS
+            )
         path = _database_file(connection) if dialect.watches_database_file else None
         if path is not None:
             from .sqlite import SQLiteWakeup

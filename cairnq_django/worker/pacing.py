@@ -2,8 +2,10 @@
 
 Two decisions live here, apart from the claim loop that acts on them:
 
-- Who answers a wake. Every idle worker hears every `cairnq_queued`
-  notification. A worker whose last woken claim took something claims at
+- Who answers a wake. Every seated worker (wakeup/seats.py: two per
+  configuration by default, every worker with CAIRNQ["LISTENERS"] = None)
+  hears every `cairnq_queued` notification. A worker whose last woken
+  claim took something claims at
   once; one whose woken claim found nothing (another worker was faster)
   defers: it waits a short, jittered, growing moment for the winner's
   "drained" announcement (drained.py) and claims only if none comes. It

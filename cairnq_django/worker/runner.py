@@ -150,6 +150,7 @@ class Worker:
         # The alias's wakeup from _start() on; before that, or once it fails,
         # sleeps that only a call of this worker ending cuts short.
         self._wakeup: Wakeup = _EventWait(self._changed)
+        self._seeking_seat = False
         self._presence: Presence | None = None
         self._connection_policy = WorkerConnectionPolicy()
 
@@ -304,6 +305,7 @@ class Worker:
             busy, running = self._in_flight.counts()
             free = free_calls(options.concurrency, running, busy)
             if free <= 0:
+                self._seek_seat(False)  # a full worker cannot answer a wake
                 self._wait_for_change(poll_s)
                 continue
             try:
@@ -550,9 +552,17 @@ class Worker:
         while not self._stopping and time.monotonic() < deadline:
             time.sleep(min(_SLICE_S, max(0.0, deadline - time.monotonic())))
 
+    def _seek_seat(self, seeking: bool) -> None:
+        """Tell the wakeup whether this worker wants to hear new tasks (wakeup/seats.py)."""
+        if seeking != self._seeking_seat:
+            self._seeking_seat = seeking
+            wakeup = self._wakeup
+            (wakeup.seek_seat if seeking else wakeup.leave_seat)(self._drained_key)
+
     def _idle(self) -> None:
         """Sleep a poll interval on the wakeup, cut short by a wake or a call that ended."""
         release(self.using)  # a pooled connection is not held while idle
+        self._seek_seat(True)
         idle_s = idle_poll_s(self.options.poll_ms, self._wakeup.healthy)
         if self._held_wait_s is not None:
             # Some tasks were held back by a limit: look again when it may let them go.
@@ -648,6 +658,7 @@ class Worker:
             with self._write_gate:
                 self._presence.stop()  # deletes this worker's row
         with suppress(Exception):
+            self._seek_seat(False)
             self._wakeup.close()
         _close_connection(self.using)
         self._connection_policy.restore()
