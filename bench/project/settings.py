@@ -64,6 +64,10 @@ if BACKEND == "postgres" and os.environ.get("BENCH_SERVER_SIDE_BINDING"):
 # checks, which refuse a django_tasks_db backend whose app is not installed.
 TASKS = {"default": {"BACKEND": "django_tasks_db.DatabaseBackend"}} if SYSTEM == "django_tasks_db" else {}
 CAIRNQ = {}
+# Compare fleets with every worker listening (BENCH_LISTENERS=none) or another seat count.
+if os.environ.get("BENCH_LISTENERS"):
+    _seats = os.environ["BENCH_LISTENERS"]
+    CAIRNQ["LISTENERS"] = None if _seats == "none" else int(_seats)
 PROCRASTINATE_IMPORT_PATHS = ["bench.benchapp.procrastinate_tasks"]
 
 LOGGING = {

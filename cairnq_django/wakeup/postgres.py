@@ -31,7 +31,6 @@ from .base import RECONNECT_INITIAL_S, RECONNECT_MAX_S, Waits
 from .probe import PROBE_CHANNEL, DeliveryProbe, describe
 from .seats import (
     GIVE_UP_SEAT_SQL,
-    SEAT_CHANNEL,
     SeatBook,
     give_up_seat_params,
     take_seat_params,
@@ -179,6 +178,12 @@ class PostgresWakeup(Waits):
                 with self._cond:
                     self._channels = set()
                     self._book.lost_all()  # a new session holds no lock
+                if self._probe is not None:
+                    # Heard only while a probe is out (_wanted_channels).
+                    conn.execute(sql.LISTEN.format(channel=PROBE_CHANNEL))
+                    with self._cond:
+                        self._channels = {PROBE_CHANNEL}
+                    self._probe.start()
                 self._sync_channels(conn)
                 with self._cond:
                     self._listening = True
@@ -186,8 +191,6 @@ class PostgresWakeup(Waits):
                     self.connects += 1
                     self.backend_pid = conn.info.backend_pid
                     self._wake_all()
-                if self._probe is not None:
-                    self._probe.start()
                 backoff = RECONNECT_INITIAL_S
                 acted = False
                 while not self._stop.is_set():
@@ -245,15 +248,18 @@ class PostgresWakeup(Waits):
         return bool(self._seats) and (self._probe is None or self._probe.delivering is True)
 
     def _wanted_channels(self) -> set[str]:
-        """The channels this session should LISTEN now (call with the lock held)."""
-        channels = {PROBE_CHANNEL} if self._probe is not None else set()
+        """The channels this session should LISTEN now (call with the lock held).
+
+        A session listening to any channel is signalled for every NOTIFY in
+        the database and reads it in a transaction (seats.py): a standby with
+        nobody waiting for a finish listens to nothing.
+        """
+        channels = {PROBE_CHANNEL} if self._probe is not None and self._probe.pending else set()
         if self._hear_done:
             channels.add(DONE_CHANNEL)
         decided = self._seats_decided() and self._book.in_use
         if not decided or self._book.held:
             channels |= {QUEUED_CHANNEL, DRAINED_CHANNEL}
-        if decided and self._book.seeking():
-            channels.add(SEAT_CHANNEL)
         return channels
 
     def _sync_channels(self, conn: Any) -> bool:
@@ -347,10 +353,6 @@ class PostgresWakeup(Waits):
         if channel == PROBE_CHANNEL:
             if self._probe is not None:
                 self._probe.heard(payload)
-            return
-        if channel == SEAT_CHANNEL:
-            with self._cond:
-                self._book.freed(payload)
             return
         with self._cond:
             if channel == QUEUED_CHANNEL:

@@ -57,6 +57,11 @@ class DeliveryProbe:
             logger.info("The CairnQ wakeup could not send its delivery probe (%s).", exc)
             self._token = None
 
+    @property
+    def pending(self) -> bool:
+        """Whether a probe was sent and is neither heard nor timed out yet."""
+        return self._token is not None
+
     def heard(self, payload: str) -> None:
         """A notification on PROBE_CHANNEL (other processes' probes arrive too)."""
         if self._token is not None and payload == self._token:

@@ -1,25 +1,27 @@
 """Listening seats: a few idle workers per queue set hear `cairnq_queued`, the rest stand by.
 
-Every `cairnq_queued` notification reaches every session that LISTENs, and
-waking a process costs CPU even when it then lets a faster worker go first
-(worker/pacing.py): with 32 worker processes on one host, that CPU is what
-delayed pickup, not the claims. So the workers of one configuration (the same
+PostgreSQL signals every session that LISTENs (to any channel) in the
+database for every NOTIFY, and each of them reads the notification queue in
+a transaction of its own; its client process is then woken if the channel
+is one it listens to. So with N idle workers every task cost the server 2N
+such transactions (its cairnq_queued and the winner's drained announcement)
+and the host N process wakes: with 32 worker processes on 2 cores that CPU
+is what delayed pickup. Now the workers of one configuration (the same
 queues and handler names: the drained key, drained.py) share a few seats,
 CAIRNQ["LISTENERS"] of them, each a session-level advisory lock held by a
-listener connection. A seated process LISTENs `cairnq_queued` and the drained
-channel; a standby LISTENs only SEAT_CHANNEL and polls at the healthy
-wakeup's rare interval.
+listener connection. A seated process LISTENs `cairnq_queued` and the
+drained channel; a standby LISTENs nothing at all (so PostgreSQL does not
+signal it) and polls at the healthy wakeup's rare interval.
 
-- A worker seeks a seat when it goes idle and gives it up once all its slots
-  are taken (after SEAT_RELEASE_GRACE_S, so a worker whose short tasks end at
-  once keeps it): a full worker cannot answer a wake.
-- Giving a seat up unlocks it and NOTIFYs SEAT_CHANNEL in one statement; the
-  idle standbys of that key try to take it. A taker LISTENs before it wakes
-  its claim loop once, so whatever was enqueued while nobody listened is
-  claimed then.
-- A seat whose holder died (its session ended) is free without a word:
-  standbys try again every SEAT_RETRY_S (jittered), and meanwhile the other
-  seats and the standbys' polls cover its queues.
+- A worker seeks a seat when it goes idle and gives it up once all its
+  slots are taken (after SEAT_RELEASE_GRACE_S, so a worker whose short tasks
+  end at once keeps it): a full worker cannot answer a wake.
+- A standby tries for a seat when it goes idle and then every SEAT_RETRY_S
+  (jittered), so a seat given up, or freed by a holder that died (its
+  session ended), is taken again within SEAT_RETRY_S / standbys on average.
+  A taker LISTENs before it wakes its claim loop once, so whatever was
+  enqueued while nobody listened is claimed then. Meanwhile the other seat
+  and every worker's poll cover the queues.
 - Seats are only taken while the delivery probe says notifications arrive
   (probe.py): behind a transaction-mode pooler a session lock would stay on a
   server connection that another client gets next.
@@ -34,15 +36,16 @@ import hashlib
 import random
 from dataclasses import dataclass, field
 
-SEAT_CHANNEL = "cairnq_django_seat"
 # The advisory lock space of the seats (two-int form): the limited claim's
 # transaction lock uses 1129401421 (store/sql.py), keyed submits the bigint form.
 SEAT_LOCK_SPACE = 1129401422
 # A full worker keeps its seat this long: a no-op task ends sooner, and a
 # seat given up and taken back costs a few statements and a wake.
 SEAT_RELEASE_GRACE_S = 0.05
-# How often a standby checks for a seat freed by a holder that died.
-SEAT_RETRY_S = 30.0
+# How often a standby tries for a seat (a vacancy is not announced: a
+# standby listens to nothing). With the idle poll this keeps an idle
+# standby near 0.4 transactions a second.
+SEAT_RETRY_S = 10.0
 SEAT_RETRY_JITTER = 0.5
 
 
@@ -67,8 +70,7 @@ def take_seat_sql(seats: int) -> str:
     return f"SELECT CASE {branches} END"
 
 
-# Unlocks a seat and tells the standbys, in one autocommit transaction.
-GIVE_UP_SEAT_SQL = "SELECT pg_advisory_unlock(%s, %s), pg_notify(%s, %s)"
+GIVE_UP_SEAT_SQL = "SELECT pg_advisory_unlock(%s, %s)"
 
 
 def take_seat_params(key: str, seats: int) -> list[int]:
@@ -78,8 +80,8 @@ def take_seat_params(key: str, seats: int) -> list[int]:
     return params
 
 
-def give_up_seat_params(key: str, seat: int, seats: int) -> list[object]:
-    return [SEAT_LOCK_SPACE, seat_lock_ids(key, seats)[seat], SEAT_CHANNEL, key]
+def give_up_seat_params(key: str, seat: int, seats: int) -> list[int]:
+    return [SEAT_LOCK_SPACE, seat_lock_ids(key, seats)[seat]]
 
 
 @dataclass
@@ -121,11 +123,6 @@ class SeatBook:
     def seeking(self) -> list[str]:
         """Keys some worker wants a seat for and none is held."""
         return [k for k, n in self.wanting.items() if n and k not in self.held]
-
-    def freed(self, key: str) -> None:
-        """A holder announced it gave `key`'s seat up: try at once if it is wanted."""
-        if self.wanting.get(key) and key not in self.held:
-            self.try_at[key] = 0.0
 
     def due_tries(self, now: float) -> list[str]:
         return [k for k in self.seeking() if self.try_at.get(k, 0.0) <= now]
