@@ -293,8 +293,12 @@ class Worker:
         poll_s = options.poll_ms / 1000
         retry_s = _DB_RETRY_FIRST_S
         refresh_at = 0.0
+        # The workers-table row is first written after the first poll (see
+        # _start_presence), then on every turn.
+        polled = False
         while not self._stopping:
-            self._refresh_presence()
+            if polled:
+                self._refresh_presence()
             if self.store.dialect.needs_periodic_analyze and time.monotonic() >= refresh_at:
                 refresh_at = time.monotonic() + _STATISTICS_EVERY_S
                 self._refresh_statistics()
@@ -326,6 +330,9 @@ class Worker:
                 retry_s = min(_DB_RETRY_MAX_S, retry_s * 2)
                 continue
             retry_s = _DB_RETRY_FIRST_S
+            if not polled:
+                polled = True
+                self._refresh_presence()
             if claimed:
                 if self._work_likely or options.burst:
                     continue
@@ -597,14 +604,21 @@ class Worker:
 
     # ------------------------------------------------------------ presence
     def _start_presence(self) -> None:
-        """Record this worker in the workers table, refreshed by the loop (cairnq_status shows it)."""
+        """Record this worker in the workers table, refreshed by the loop (cairnq_status shows it).
+
+        The row is written by the loop once its first poll has claimed (or
+        found nothing), not here: the write, its cleanup of long-gone rows and
+        the unhandled-name check are a transaction of several statements that
+        only observers read, and a worker's start-up is counted to its first
+        claim. The row is as late as one claim; a worker whose first poll
+        fails writes it once a poll succeeds.
+        """
         from ..observability.presence import Presence
 
         self._presence = Presence(
             worker=self, interval_ms=cairnq_settings.WORKER_REPORT_INTERVAL,
             running=lambda: len(self._in_flight.contexts()), report=self.report,
         )
-        self._refresh_presence()
 
     def _refresh_presence(self) -> None:
         """On the loop's own session: no extra connection per worker for a write every 10 s."""
