@@ -18,7 +18,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext, suppress
 from typing import TYPE_CHECKING, Any, Unpack
 
@@ -230,19 +230,25 @@ class Worker:
         )
 
     # ------------------------------------------------------------ running
-    def run(self) -> None:
+    def run(self, *, after_first_poll: Callable[[], None] | None = None) -> None:
         """Claim and run tasks until stopped (or, with burst, until none is claimable).
 
         Raises TablesMissing, before starting anything or once a claim fails,
         when the database's catalog shows `migrate` has not created the tables:
         unlike a database that is restarting, that does not heal by waiting.
+
+        `after_first_poll` is called once, on this thread, right after the
+        first poll (whether it claimed or not): work the first claim need not
+        wait for (cairnq_worker's web-facing system checks). An exception it
+        raises stops the worker as stop() does, running calls finishing, and
+        run() then raises it.
         """
         check_tables(self.using)
         # Opened before _start() applies the worker's connection lifetime.
         _close_connection(self.using)
         self._start()
         try:
-            self._loop()
+            self._loop(after_first_poll)
         finally:
             self._shutdown()
 
@@ -288,7 +294,7 @@ class Worker:
         except Exception as exc:
             self.report(exc, phase="wakeup")
 
-    def _loop(self) -> None:
+    def _loop(self, after_first_poll: Callable[[], None] | None) -> None:
         options = self.options
         poll_s = options.poll_ms / 1000
         retry_s = _DB_RETRY_FIRST_S
@@ -332,6 +338,8 @@ class Worker:
             retry_s = _DB_RETRY_FIRST_S
             if not polled:
                 polled = True
+                if after_first_poll is not None:
+                    after_first_poll()
                 self._refresh_presence()
             if claimed:
                 if self._work_likely or options.burst:
