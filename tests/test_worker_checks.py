@@ -68,6 +68,7 @@ def test_which_checks_wait_for_the_first_poll():
     }
     assert "django.core.checks.urls.check_url_config" in deferred
     assert "django.contrib.admin.checks.check_dependencies" in deferred
+    assert "django.contrib.auth.checks.check_middleware" in deferred  # untagged, requests only
     assert not any(name.startswith("cairnq_django.") for name in deferred)
     assert "django.core.checks.model_checks.check_all_models" not in deferred
 

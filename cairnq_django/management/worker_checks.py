@@ -4,13 +4,14 @@ The worker runs the project's system checks, as runserver does, and a
 serious issue stops it. Most of what they cost at start-up is in checks about
 serving the web: the URL checks import the URLconf and with it every view,
 the admin's check its registrations, and `commands` loads the migration
-autodetector. Checks whose every tag is in AFTER_FIRST_POLL run on the
-worker's loop right after its first poll, so the first claim does not wait
-for them; a serious issue among them stops the worker (no new claims, running
-calls finish within the shutdown timeout) and the command fails with the
-report `manage.py check` would print. Everything else runs before anything
+autodetector. Checks whose every tag is in AFTER_FIRST_POLL (and the
+untagged ones of UNTAGGED_AFTER_FIRST_POLL) run on the worker's loop right
+after its first poll, so the first claim does not wait for them; a serious
+issue among them stops the worker (no new claims, running calls finish
+within the shutdown timeout) and the command fails with the report
+`manage.py check` would print. Everything else runs before anything
 is claimed: cairnq_django's own checks of its settings and database options,
-the models', caches', templates' and translation's, and every check
+the models', caches', templates' and translation's, and every other check
 registered without a tag, whose concern nobody declared.
 """
 
@@ -30,6 +31,10 @@ AFTER_FIRST_POLL = frozenset(
      checks.Tags.commands}
 )
 
+# Checks Django registers without a tag that are about requests alone: auth's
+# of the MIDDLEWARE order (auth.E013), which imports every middleware class.
+UNTAGGED_AFTER_FIRST_POLL = frozenset({"django.contrib.auth.checks.check_middleware"})
+
 # (heading, lowest level, level above the highest), in the order `check` prints them.
 _GROUPS = (
     ("CRITICALS", checks.CRITICAL, None),
@@ -42,7 +47,9 @@ _GROUPS = (
 
 def _after_first_poll(check: Callable[..., Any]) -> bool:
     tags = set(getattr(check, "tags", ()))
-    return bool(tags) and tags <= AFTER_FIRST_POLL
+    if not tags:
+        return f"{check.__module__}.{check.__qualname__}" in UNTAGGED_AFTER_FIRST_POLL
+    return tags <= AFTER_FIRST_POLL
 
 
 def run_worker_checks(command: BaseCommand, *, after_first_poll: bool) -> None:
