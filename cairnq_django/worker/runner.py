@@ -18,7 +18,7 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager, nullcontext, suppress
 from typing import TYPE_CHECKING, Any, Unpack
 
@@ -231,19 +231,25 @@ class Worker:
         )
 
     # ------------------------------------------------------------ running
-    def run(self) -> None:
+    def run(self, *, after_first_poll: Callable[[], None] | None = None) -> None:
         """Claim and run tasks until stopped (or, with burst, until none is claimable).
 
         Raises TablesMissing, before starting anything or once a claim fails,
         when the database's catalog shows `migrate` has not created the tables:
         unlike a database that is restarting, that does not heal by waiting.
+
+        `after_first_poll` is called once, on this thread, right after the
+        first poll (whether it claimed or not): work the first claim need not
+        wait for (cairnq_worker's web-facing system checks). An exception it
+        raises stops the worker as stop() does, running calls finishing, and
+        run() then raises it.
         """
         check_tables(self.using)
         # Opened before _start() applies the worker's connection lifetime.
         _close_connection(self.using)
         self._start()
         try:
-            self._loop()
+            self._loop(after_first_poll)
         finally:
             self._shutdown()
 
@@ -289,13 +295,17 @@ class Worker:
         except Exception as exc:
             self.report(exc, phase="wakeup")
 
-    def _loop(self) -> None:
+    def _loop(self, after_first_poll: Callable[[], None] | None) -> None:
         options = self.options
         poll_s = options.poll_ms / 1000
         retry_s = _DB_RETRY_FIRST_S
         refresh_at = 0.0
+        # The workers-table row is first written after the first poll (see
+        # _start_presence), then on every turn.
+        polled = False
         while not self._stopping:
-            self._refresh_presence()
+            if polled:
+                self._refresh_presence()
             if self.store.dialect.needs_periodic_analyze and time.monotonic() >= refresh_at:
                 refresh_at = time.monotonic() + _STATISTICS_EVERY_S
                 self._refresh_statistics()
@@ -328,6 +338,11 @@ class Worker:
                 retry_s = min(_DB_RETRY_MAX_S, retry_s * 2)
                 continue
             retry_s = _DB_RETRY_FIRST_S
+            if not polled:
+                polled = True
+                if after_first_poll is not None:
+                    after_first_poll()
+                self._refresh_presence()
             if claimed:
                 if self._work_likely or options.burst:
                     continue
@@ -609,14 +624,21 @@ class Worker:
 
     # ------------------------------------------------------------ presence
     def _start_presence(self) -> None:
-        """Record this worker in the workers table, refreshed by the loop (cairnq_status shows it)."""
+        """Record this worker in the workers table, refreshed by the loop (cairnq_status shows it).
+
+        The row is written by the loop once its first poll has claimed (or
+        found nothing), not here: the write, its cleanup of long-gone rows and
+        the unhandled-name check are a transaction of several statements that
+        only observers read, and a worker's start-up is counted to its first
+        claim. The row is as late as one claim; a worker whose first poll
+        fails writes it once a poll succeeds.
+        """
         from ..observability.presence import Presence
 
         self._presence = Presence(
             worker=self, interval_ms=cairnq_settings.WORKER_REPORT_INTERVAL,
             running=lambda: len(self._in_flight.contexts()), report=self.report,
         )
-        self._refresh_presence()
 
     def _refresh_presence(self) -> None:
         """On the loop's own session: no extra connection per worker for a write every 10 s."""

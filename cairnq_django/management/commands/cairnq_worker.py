@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import logging
 import threading
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from django.conf import settings
@@ -16,6 +17,7 @@ from ...conf import cairnq_settings
 from ...errors import ProtocolVersionMismatch, TablesMissing
 from ...observability import DEFAULT_METRICS_ADDR
 from ...validators import cli_database, cli_integer
+from ..worker_checks import run_worker_checks
 
 if TYPE_CHECKING:
     from ...retention import RetentionSweeper
@@ -28,6 +30,8 @@ _CANNOT_RUN_HERE = (TablesMissing, ProtocolVersionMismatch)
 
 
 class Command(BaseCommand):
+    # handle() runs them in two parts (worker_checks.py), as runserver runs its own.
+    requires_system_checks: list[str] = []
     help = (
         "Run the CairnQ task handlers registered with @cairnq_django.task (in each "
         "installed app's tasks.py) until SIGTERM/SIGINT. The first signal stops claiming "
@@ -125,8 +129,15 @@ class Command(BaseCommand):
             "--noreload", action="store_false", dest="reload",
             help="Same as --no-reload (runserver's spelling).",
         )
+        parser.add_argument(
+            "--skip-checks", action="store_true",
+            help="Skip system checks (for deployments that run `manage.py check` before).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
+        checked = not options["skip_checks"]
+        if checked:
+            run_worker_checks(self, after_first_poll=False)
         self._configure_logging(options["verbosity"])
         reload = options["reload"]
         if reload and options["burst"]:
@@ -136,13 +147,20 @@ class Command(BaseCommand):
         if reload:
             from ...reloading import run_with_reloader
 
+            # For development, where start-up time matters less than seeing
+            # every issue before the first task runs: all of them now.
+            if checked:
+                run_worker_checks(self, after_first_poll=True)
             # The supervisor builds nothing; each child process builds its own worker.
             run_with_reloader(lambda: self._build_worker(options), fatal=_CANNOT_RUN_HERE)
             return
         worker = self._build_worker(options)
         worker.install_signal_handlers()
         try:
-            worker.run()
+            worker.run(
+                after_first_poll=(lambda: run_worker_checks(self, after_first_poll=True))
+                if checked else None
+            )
         except _CANNOT_RUN_HERE as exc:
             # One line, not a traceback: it says what to do.
             raise CommandError(str(exc)) from exc
@@ -236,13 +254,13 @@ class WorkerBesideSweeper:
     def stop(self) -> None:
         self.worker.stop()
 
-    def run(self) -> None:
+    def run(self, *, after_first_poll: Callable[[], None] | None = None) -> None:
         from ...tables import check_tables
 
         check_tables(self.worker.using)  # before the sweeper, which would report it too
         self._start_sweeper()
         try:
-            self.worker.run()
+            self.worker.run(after_first_poll=after_first_poll)
         finally:
             self._stop_sweeper()
 
