@@ -231,7 +231,8 @@ def drain(workers: int, concurrency: int, tasks: int, db: str, logdir: str) -> d
     # written after the first poll): the steady rate counts from there, so
     # the fleets compare claims, not how long 16 processes take to start on
     # 2 cores.
-    started_sql = "SELECT count(*), (extract(epoch from clock_timestamp()) * 1000)::bigint FROM cairnq_django_workers"
+    started_sql = ("SELECT count(*), (extract(epoch from clock_timestamp()) * 1000)::bigint"
+                   " FROM cairnq_django_workers")
     all_started_ms = None
     peak = polls = 0
     try:

@@ -13,7 +13,6 @@ import pytest
 from django.db import connection, connections
 
 from cairnq_django import client, enqueue, get
-from cairnq_django.drained import DRAINED_CHANNEL
 from cairnq_django.records import DONE_CHANNEL, QUEUED_CHANNEL
 from cairnq_django.wakeup import PostgresWakeup
 from cairnq_django.wakeup import seats as seats_module
