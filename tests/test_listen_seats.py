@@ -108,66 +108,68 @@ def _settled(w: PostgresWakeup) -> bool:
     return channels <= {DONE_CHANNEL}
 
 
-@only_postgres
-def test_only_the_seated_listeners_hear_new_tasks_and_a_standby_takes_a_freed_seat(
-    live_store, monkeypatch
-):
+@pytest.fixture
+def seeking(live_store, monkeypatch):
+    """Start listeners that share one seat and each seek it; closed after the test."""
     monkeypatch.setattr(seats_module, "SEAT_RETRY_S", 0.2)
-    listeners = [PostgresWakeup(postgres_params("default"), seats=1) for _ in range(3)]
-    try:
-        for w in listeners:
+    made: list[PostgresWakeup] = []
+
+    def start(count: int) -> list[PostgresWakeup]:
+        for _ in range(count):
+            w = PostgresWakeup(postgres_params("default"), seats=1)
+            made.append(w)
             assert w.ready(30)
             w.seek_seat(KEY)
-        wait_for(lambda: all(_settled(w) for w in listeners), timeout=30)
-        seated = [w for w in listeners if w.seats_held]
-        assert len(seated) == 1 and _seat_locks() == 1
-        holder = seated[0]
-        standbys = [w for w in listeners if w is not holder]
+        wait_for(lambda: all(_settled(w) for w in made), timeout=30)
+        return list(made)
 
-        # The holder hears a new task; the standbys do not LISTEN for it.
-        epoch_before = [w._epoch for w in standbys]
-        baseline = holder._queued_seen.setdefault("seated", 0)
-        enqueue("seats.t", {}, queue="seated")
-        wait_for(lambda: holder._queued_seen["seated"] > baseline, timeout=30)
+    yield start
+    for w in made:
+        w.close()
 
-        # Full: it gives the seat up, and a standby's next try takes it; it looks again.
-        holder.leave_seat(KEY)
-        wait_for(lambda: any(w.seats_held for w in standbys) and not holder.seats_held, timeout=30)
-        wait_for(lambda: all(_settled(w) for w in listeners), timeout=30)
-        taker = next(w for w in standbys if w.seats_held)
-        assert taker._epoch > epoch_before[standbys.index(taker)]
-        assert sum(bool(w.seats_held) for w in listeners) == 1 and _seat_locks() == 1
-        baseline = taker._queued_seen.setdefault("taken", 0)
-        enqueue("seats.t", {}, queue="taken")
-        wait_for(lambda: taker._queued_seen["taken"] > baseline, timeout=30)
-    finally:
-        for w in listeners:
-            w.close()
+
+@only_postgres
+def test_only_the_seated_listeners_hear_new_tasks_and_a_standby_takes_a_freed_seat(seeking):
+    listeners = seeking(3)
+    seated = [w for w in listeners if w.seats_held]
+    assert len(seated) == 1 and _seat_locks() == 1
+    holder = seated[0]
+    standbys = [w for w in listeners if w is not holder]
+
+    # The holder hears a new task; the standbys do not LISTEN for it.
+    epoch_before = [w._epoch for w in standbys]
+    baseline = holder._queued_seen.setdefault("seated", 0)
+    enqueue("seats.t", {}, queue="seated")
+    wait_for(lambda: holder._queued_seen["seated"] > baseline, timeout=30)
+
+    # Full: it gives the seat up, and a standby's next try takes it; it looks again.
+    holder.leave_seat(KEY)
+    wait_for(lambda: any(w.seats_held for w in standbys) and not holder.seats_held, timeout=30)
+    wait_for(lambda: all(_settled(w) for w in listeners), timeout=30)
+    taker = next(w for w in standbys if w.seats_held)
+    assert taker._epoch > epoch_before[standbys.index(taker)]
+    assert sum(bool(w.seats_held) for w in listeners) == 1 and _seat_locks() == 1
+    baseline = taker._queued_seen.setdefault("taken", 0)
+    enqueue("seats.t", {}, queue="taken")
+    wait_for(lambda: taker._queued_seen["taken"] > baseline, timeout=30)
+    for w in listeners:
+        w.close()
     assert _seat_locks() == 0
 
 
 @only_postgres
-def test_a_seat_whose_holder_died_is_taken_again(live_store, monkeypatch):
-    monkeypatch.setattr(seats_module, "SEAT_RETRY_S", 0.2)
-    listeners = [PostgresWakeup(postgres_params("default"), seats=1) for _ in range(2)]
-    try:
-        for w in listeners:
-            assert w.ready(30)
-            w.seek_seat(KEY)
-        wait_for(lambda: all(_settled(w) for w in listeners), timeout=30)
-        holder = next(w for w in listeners if w.seats_held)
-        old_pid = holder.backend_pid
-        with connections["default"].cursor() as cursor:
-            cursor.execute("SELECT pg_terminate_backend(%s)", [old_pid])
-        # Its session, and the lock, are gone without a word: whoever retries
-        # first (the standby's timer or the holder's reconnect) holds it next.
-        wait_for(lambda: holder.connects >= 2, timeout=30)
-        wait_for(lambda: sum(bool(w.seats_held) for w in listeners) == 1, timeout=30)
-        wait_for(lambda: all(_settled(w) for w in listeners), timeout=30)
-        assert _seat_locks() == 1
-    finally:
-        for w in listeners:
-            w.close()
+def test_a_seat_whose_holder_died_is_taken_again(seeking):
+    listeners = seeking(2)
+    holder = next(w for w in listeners if w.seats_held)
+    old_pid = holder.backend_pid
+    with connections["default"].cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(%s)", [old_pid])
+    # Its session, and the lock, are gone without a word: whoever retries
+    # first (the standby's timer or the holder's reconnect) holds it next.
+    wait_for(lambda: holder.connects >= 2, timeout=30)
+    wait_for(lambda: sum(bool(w.seats_held) for w in listeners) == 1, timeout=30)
+    wait_for(lambda: all(_settled(w) for w in listeners), timeout=30)
+    assert _seat_locks() == 1
 
 
 @only_postgres
