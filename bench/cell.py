@@ -45,12 +45,30 @@ class WorkerProcess:
             env["BENCH_STAMP"] = stamp
         self.log = open(os.path.join(LOG_DIR, f"worker-{SYSTEM}-{BACKEND}.log"), "ab")
         # The harness's working directory: a --baseline run starts in its checkout.
-        self.proc = subprocess.Popen(cmd, cwd=os.getcwd(), env=env, stdout=self.log, stderr=self.log)
+        # A session of its own, so stop() reaches pool processes (Celery's
+        # prefork children, django-q2's cluster) as well as the main one.
+        self.proc = subprocess.Popen(
+            cmd, cwd=os.getcwd(), env=env, stdout=self.log, stderr=self.log, start_new_session=True
+        )
 
     def cpu_seconds(self) -> float:
-        with open(f"/proc/{self.proc.pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / CLK_TCK
+        """User+system CPU of the worker and every process under it (Celery's
+        and django-q2's pool processes), live or already reaped."""
+        stats: dict[int, list[str]] = {}
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    with open(f"/proc/{entry}/stat") as f:
+                        stats[int(entry)] = f.read().rsplit(")", 1)[1].split()
+                except OSError:
+                    continue  # exited while we looked
+        tree, frontier = set(), [self.proc.pid]
+        while frontier:
+            pid = frontier.pop()
+            tree.add(pid)
+            frontier.extend(p for p, fields in stats.items() if int(fields[1]) == pid and p not in tree)
+        ticks = sum(sum(int(x) for x in stats[p][11:15]) for p in tree if p in stats)
+        return ticks / CLK_TCK
 
     def check(self) -> None:
         if self.proc.poll() is not None:
@@ -58,13 +76,20 @@ class WorkerProcess:
 
     def stop(self) -> None:
         if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+            self._signal_group(signal.SIGTERM)
             try:
                 self.proc.wait(10)
             except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+                pass
+        self._signal_group(signal.SIGKILL)  # whatever of the group is left
+        self.proc.wait()
         self.log.close()
+
+    def _signal_group(self, sig: int) -> None:
+        try:
+            os.killpg(self.proc.pid, sig)
+        except ProcessLookupError:
+            pass
 
 
 def w1(adapter, args) -> dict:
@@ -211,6 +236,34 @@ def w3(adapter, args) -> dict:
     }
 
 
+def w6(adapter, args) -> dict:
+    """Lateness of delayed tasks: handler start minus the time it was due, idle worker.
+
+    Each task is enqueued at a random moment with a random delay of 0.5-5 s; its
+    due time is read just before the enqueue call, so the call's own duration
+    (about a millisecond) counts as lateness.
+    """
+    stamp_path = os.path.join(LOG_DIR, f"stamps-w6-{SYSTEM}-{BACKEND}-{os.getpid()}.txt")
+    stamps = Stamps(stamp_path)
+    worker = WorkerProcess(adapter.worker_cmd(args.setting), stamp=stamp_path, setting=args.setting)
+    try:
+        adapter.enqueue(seq=-1)  # warm-up: the worker is up once this one ran
+        stamps.wait_for(-1, 60, worker)
+        time.sleep(1.0)
+        due = {}
+        for seq in range(args.n):
+            time.sleep(random.uniform(0.05, 0.3))
+            delay = random.uniform(0.5, 5.0)
+            due[seq] = mono() + delay
+            adapter.enqueue_delayed(seq, delay)
+        # django-q2's scheduler looks for due schedules every 30 s or so.
+        lateness = [(stamps.wait_for(seq, 120, worker) - due[seq]) * 1000 for seq in range(args.n)]
+    finally:
+        worker.stop()
+        os.unlink(stamp_path)
+    return {"p50": statistics.median(lateness), "p95": pct(lateness, 0.95), "samples": len(lateness)}
+
+
 def w4(adapter, args) -> dict:
     worker = WorkerProcess(adapter.worker_cmd(args.setting), setting=args.setting)
     try:
@@ -262,7 +315,7 @@ def fill_only(adapter, args) -> dict:
     return {}
 
 
-WORKLOADS = {"fill": fill_only, "w1": w1, "w1b": w1b, "w2": w2, "w3": w3, "w4": w4, "w5": w5}
+WORKLOADS = {"fill": fill_only, "w1": w1, "w1b": w1b, "w2": w2, "w3": w3, "w4": w4, "w5": w5, "w6": w6}
 
 
 def main() -> None:

@@ -22,10 +22,14 @@ from . import limits
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PG = limits.PG
-SYSTEMS = ["cairnq_django", "django_tasks_db", "procrastinate", "cairnq"]
+SYSTEMS = [
+    "cairnq_django", "django_tasks_db", "procrastinate", "cairnq", "celery", "pgqueuer", "huey", "django_q2",
+]
+# PostgreSQL-only peers sit the SQLite runs out; Celery's broker is Redis on both.
+POSTGRES_ONLY = {"procrastinate", "pgqueuer"}
 BASELINE = "baseline"  # the system name of `--baseline REF`: ours at REF
 BACKENDS = ["sqlite", "postgres"]
-WORKLOADS = ["w1", "w1b", "w2", "w2t", "w3", "w4", "w5"]
+WORKLOADS = ["w1", "w1b", "w2", "w2t", "w3", "w4", "w5", "w6"]
 
 # Volumes: (full, --quick).
 VOLUMES = {
@@ -34,6 +38,7 @@ VOLUMES = {
     "w2": (5_000, 500),
     "w3": (30, 10),
     "w4": (30, 10),
+    "w6": (30, 10),
     "w5_small": (1_000, 1_000),
     "w5_large": (1_000_000, 20_000),
     "w5_drain": (3_000, 400),
@@ -46,14 +51,24 @@ TUNING = {
     "django_tasks_db": ["CONN_MAX_AGE=none --no-startup-delay"],
     "procrastinate": ["--concurrency 8", "--concurrency 32"],
     "cairnq": ["--concurrency 8", "--concurrency 32"],
+    "celery": ["--concurrency 8", "--pool threads --concurrency 32"],
+    "pgqueuer": ["--batch-size 100", "--batch-size 100 --max-concurrent-tasks 32"],
+    "huey": ["-w 4 -k thread", "-w 8 -k thread"],
+    "django_q2": ["WORKERS=8"],
 }
 # Peers without a bulk API sit W1b out ("their bulk API where they have one").
-NO_BULK_API = {"django_tasks_db", "cairnq"}
+NO_BULK_API = {"django_tasks_db", "cairnq", "celery", "huey", "django_q2"}
+# Peers without a blocking call (or without a result backend here) sit W4 out.
+NO_CALL = {"celery", "pgqueuer", "huey", "django_q2"}
 DEFAULT_LABEL = {
     "cairnq_django": "concurrency 8",
     "django_tasks_db": "1 task at a time, interval 1 s",
     "procrastinate": "concurrency 1",
     "cairnq": "concurrency 1",
+    "celery": "prefork, 2 processes (one per core), prefetch 4",
+    "pgqueuer": "batch 10",
+    "huey": "1 thread worker",
+    "django_q2": "ORM broker, 2 workers (one per core)",
 }
 
 
@@ -80,7 +95,14 @@ class Databases:
         else:
             self._unlink(name)
         env = self.env(system, backend, name)
-        if system == "cairnq":
+        if system == "pgqueuer":
+            env["PGQUEUER_DSN"] = f"postgresql://{os.environ.get('PGUSER', 'root')}@127.0.0.1:5432/{name}"
+            cmd = [sys.executable, "-m", "pgqueuer", "install"]
+        elif system in ("celery", "huey"):
+            cmd = None  # Celery's broker is Redis; Huey creates its tables on first use
+            if backend == "sqlite":
+                open(name, "w").close()
+        elif system == "cairnq":
             code = (
                 "import asyncio, os\n"
                 "from bench.cairnq_sdk import client\n"
@@ -93,8 +115,9 @@ class Databases:
             cmd = [sys.executable, "-c", code]
         else:
             cmd = [sys.executable, "-m", "django", "migrate", "-v", "0"]
-        subprocess.run(cmd, cwd=self.cwd(system), env=env, check=True)
-        if backend == "sqlite":
+        if cmd is not None:
+            subprocess.run(cmd, cwd=self.cwd(system), env=env, check=True, stdout=subprocess.DEVNULL)
+        if backend == "sqlite" and os.path.exists(name):
             _checkpoint(name)
 
     def derive(self, system: str, backend: str, suffix: str) -> str:
@@ -263,7 +286,7 @@ def main() -> None:
         results["limits"][backend] = summarize([{"rate": r} for r in rates])["rate"]
         log(f"   {results['limits'][backend]['median']:.0f} commits/s")
         for system in systems:
-            if system == "procrastinate" and backend == "sqlite":
+            if system in POSTGRES_ONLY and backend == "sqlite":
                 continue
             # Ours and the baseline take turns, repetition by repetition, so a
             # change in the machine's load lands on both.
@@ -275,6 +298,8 @@ def main() -> None:
                 if workload == "w5" and system != "cairnq_django":
                     continue
                 if workload == "w1b" and system in NO_BULK_API:
+                    continue
+                if workload == "w4" and system in NO_CALL:
                     continue
                 for args in cell_args(workload, opts.quick):
                     template = None

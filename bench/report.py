@@ -9,10 +9,14 @@ NAMES = {
     "django_tasks_db": "django-tasks-db",
     "procrastinate": "Procrastinate",
     "cairnq": "cairnq 0.15.1",
+    "celery": "Celery→Redis",
+    "pgqueuer": "PgQueuer",
+    "huey": "Huey",
+    "django_q2": "django-q2",
     # Ours at another commit (`bench/run --baseline REF`), for before/after.
     "baseline": "ours at baseline",
 }
-PEERS = ["django_tasks_db", "procrastinate", "cairnq"]
+PEERS = ["django_tasks_db", "procrastinate", "cairnq", "celery", "pgqueuer", "huey", "django_q2"]
 # (workload, field, label, higher_is_better)
 ROWS = [
     ("w1", "rate", "W1 enqueue one at a time (tasks/s)", True),
@@ -28,6 +32,8 @@ ROWS = [
     ("w3", "idle_cpu_pct", "W3 idle worker CPU (% of a core)", False),
     ("w4", "p50", "W4 call() round trip p50 (ms)", False),
     ("w4", "p95", "W4 call() round trip p95 (ms)", False),
+    ("w6", "p50", "W6 lateness of delayed tasks, start − due, p50 (ms)", False),
+    ("w6", "p95", "W6 lateness of delayed tasks, start − due, p95 (ms)", False),
 ]
 MARKERS = {
     "SQLite": ("<!-- bench:sqlite:start -->", "<!-- bench:sqlite:end -->"),

@@ -21,6 +21,7 @@ _apps = {
     "cairnq_django": ["cairnq_django"],
     "django_tasks_db": ["django_tasks", "django_tasks_db"],
     "procrastinate": ["procrastinate.contrib.django"],
+    "django_q2": ["django_q"],
 }
 INSTALLED_APPS = [*_apps.get(SYSTEM, []), "bench.benchapp"]
 
@@ -68,6 +69,11 @@ CAIRNQ = {}
 if os.environ.get("BENCH_LISTENERS"):
     _seats = os.environ["BENCH_LISTENERS"]
     CAIRNQ["LISTENERS"] = None if _seats == "none" else int(_seats)
+# django-q2 with its Django ORM broker, at its defaults (workers = cores,
+# polling the broker table every 0.2 s) unless a tuning sets BENCH_WORKERS.
+Q_CLUSTER = {"name": "bench", "orm": "default", "timeout": 60, "retry": 120}
+if os.environ.get("BENCH_WORKERS"):
+    Q_CLUSTER["workers"] = int(os.environ["BENCH_WORKERS"])
 PROCRASTINATE_IMPORT_PATHS = ["bench.benchapp.procrastinate_tasks"]
 
 LOGGING = {
