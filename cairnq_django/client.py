@@ -13,8 +13,8 @@ from django.db import DEFAULT_DB_ALIAS, transaction
 from django.utils import timezone
 
 from . import signals, validators, waiting
-from .backpressure import wait_for_headroom
 from .conf import cairnq_settings, to_ms
+from .flow.backpressure import wait_for_headroom
 from .records import (
     DEFAULT_CONFLICT,
     DEFAULT_MAX_ATTEMPTS,

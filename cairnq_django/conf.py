@@ -12,7 +12,7 @@ from typing import Any
 
 from django.conf import settings as django_settings
 
-from .records import DEFAULT_LEASE_MS, DEFAULT_QUEUE, Limit, limit_from_setting
+from .records import DEFAULT_LEASE_MS, DEFAULT_QUEUE
 
 DEFAULTS: dict[str, Any] = {
     # Alias of the database holding the CairnQ tables.
@@ -129,17 +129,6 @@ class CairnQSettings:
         if isinstance(limit, dict):
             return limit.get(queue, limit.get("*"))
         return limit
-
-    def limits(self) -> list[Limit]:
-        """CAIRNQ["LIMITS"] as Limits (source "settings"); ValueError for an invalid entry.
-
-        The system checks (checks.py) report invalid entries at start-up with
-        their position; this raises on the first one.
-        """
-        entries = self.raw("LIMITS") or []
-        if not isinstance(entries, (list, tuple)):
-            raise ValueError(f'CAIRNQ["LIMITS"] must be a list of dicts, got {entries!r}.')
-        return [limit_from_setting(entry) for entry in entries]
 
 
 cairnq_settings = CairnQSettings()

@@ -329,7 +329,7 @@ class ApplicationOperations:
         """Headroom under max_depth queued tasks, reading at most max_depth rows."""
         check_integer("max_depth", max_depth)
         self.executor.verify_protocol()
-        queued = self.executor.tasks().filter(queue=queue, status="queued").order_by()[:max_depth]
+        queued = self.executor.tasks().filter(queue=queue).queued().order_by()[:max_depth]
         return max(0, max_depth - queued.count())
 
     # ---------------------------------------------------------------- control

@@ -98,7 +98,7 @@ class WorkerAdmin(GuardedAdmin):
     def running_tasks(self, worker: WorkerRecord) -> str:
         held = list(
             Task.objects.using(self.using)
-            .filter(status="running", worker_id=worker.pk)
+            .running().filter(worker_id=worker.pk)
             .order_by("id")
             .values_list("id", "name")[:RUNNING_SHOWN]
         )
