@@ -108,6 +108,9 @@ def to_ms(value: Any) -> int | None:
 class CairnQSettings:
     """Attribute access to settings.CAIRNQ merged over DEFAULTS."""
 
+    # The one setting read everywhere, typed for the readers (__getattr__ serves it).
+    DATABASE: str
+
     def user_settings(self) -> dict[str, Any]:
         return getattr(django_settings, "CAIRNQ", None) or {}
 
@@ -125,7 +128,7 @@ class CairnQSettings:
         return value
 
     def max_queue_depth(self, queue: str) -> int | None:
-        limit = self.raw("MAX_QUEUE_DEPTH")
+        limit: int | dict[str, int] | None = self.raw("MAX_QUEUE_DEPTH")
         if isinstance(limit, dict):
             return limit.get(queue, limit.get("*"))
         return limit

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from . import jsoncodec
 
@@ -57,6 +57,24 @@ COLUMNS = (
     "updated_at_ms",
     "completed_at_ms",
 )
+
+
+class TaskSpec(TypedDict):
+    """One task validated and encoded for its INSERT (the store's `prepare`), not written yet."""
+
+    id: str
+    name: str
+    queue: str
+    payload: str  # JSON text, encoded once by jsoncodec
+    metadata: str  # JSON text
+    max_attempts: int
+    priority: int
+    delay_ms: int  # run_at_ms is the insert's clock plus this
+    parent_id: str | None
+    root_id: str
+    correlation_id: str | None
+    # Not a protocol column: models.TaskFlow's, written with the task.
+    concurrency_key: str | None
 
 
 def is_terminal(status: str) -> bool:

@@ -26,9 +26,9 @@ _PER_MAX_MS = 2**52
 def _positive(argument: str, value: Any, maximum: int) -> int | None:
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= maximum:
-        raise ValueError(f"{argument} must be a positive integer (at most {maximum}), got {value!r}.")
-    return value
+    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= maximum:
+        return value
+    raise ValueError(f"{argument} must be a positive integer (at most {maximum}), got {value!r}.")
 
 
 def per_to_ms(per: Any) -> int:
