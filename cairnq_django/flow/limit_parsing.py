@@ -31,6 +31,14 @@ def _positive(argument: str, value: Any, maximum: int) -> int | None:
     raise ValueError(f"{argument} must be a positive integer (at most {maximum}), got {value!r}.")
 
 
+def check_scope(scope: Any, value: Any) -> None:
+    """A known scope and a non-empty string value; ValueError otherwise."""
+    if scope not in LIMIT_SCOPES:
+        raise ValueError(f"A limit's scope must be one of {', '.join(LIMIT_SCOPES)}; got {scope!r}.")
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"A {scope} limit needs a non-empty string value, got {value!r}.")
+
+
 def per_to_ms(per: Any) -> int:
     """A rate limit's period: a timedelta or a number of milliseconds; ValueError otherwise."""
     if isinstance(per, timedelta):
@@ -52,10 +60,7 @@ def make_limit(
     `per` (a timedelta or ms) only goes with a `rate`; without one, a rate
     counts starts per second.
     """
-    if scope not in LIMIT_SCOPES:
-        raise ValueError(f"A limit's scope must be one of {', '.join(LIMIT_SCOPES)}; got {scope!r}.")
-    if not isinstance(value, str) or not value:
-        raise ValueError(f"A {scope} limit needs a non-empty string value, got {value!r}.")
+    check_scope(scope, value)
     if len(value) > MAX_LIMIT_VALUE_LENGTH:
         raise ValueError(
             f"A {scope} limit's value must be at most {MAX_LIMIT_VALUE_LENGTH} characters, "

@@ -23,7 +23,7 @@ from ..records import QUEUED_CHANNEL, Limit
 from ..store import get_store, sql
 from ..store.limit_counts import due_tasks, read_counts, scope_value
 from ..validators import check_label
-from .limit_parsing import LIMIT_SCOPES, make_limit, settings_limits
+from .limit_parsing import LIMIT_SCOPES, check_scope, make_limit, settings_limits
 from .pausing import MAX_BY_LENGTH
 
 __all__ = [
@@ -147,10 +147,7 @@ def clear_limit(scope: str, value: str, *, using: str | None = None, by: str = "
 
     The settings' limit on the same scope and value, if any, applies again.
     """
-    if scope not in LIMIT_SCOPES:
-        raise ValueError(f"A limit's scope must be one of {', '.join(LIMIT_SCOPES)}; got {scope!r}.")
-    if not isinstance(value, str) or not value:
-        raise ValueError(f"A {scope} limit needs a non-empty string value, got {value!r}.")
+    check_scope(scope, value)
     _check_by(by)
     store = get_store(using)
     with transaction.atomic(using=store.using):
