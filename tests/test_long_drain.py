@@ -7,7 +7,8 @@ and the last window (20,000 tasks, or a fifth of a smaller run), the worker's
 RSS, its open descriptors and the server sessions of the test database
 (PostgreSQL). Rates are printed, never asserted (speed belongs in bench/);
 what is asserted holds on any machine: every task ran exactly once (succeeded
-at attempt 1), and descriptors, sessions and memory stay flat.
+at attempt 1), descriptors, sessions and memory stay flat, and on PostgreSQL
+the worker VACUUMed the queue table on its way (worker/upkeep.py).
 
 Run the real figure with `pytest -s` and CAIRNQ_LONG_DRAIN_TASKS=200000.
 """
@@ -22,6 +23,7 @@ import pytest
 from django.db import connections
 
 from cairnq_django import enqueue_many
+from cairnq_django.worker.upkeep import MIN_CLAIMS
 from tests.workerutil import WorkerProcess
 
 pytestmark = pytest.mark.slow
@@ -46,6 +48,16 @@ def _scalar(sql: str, params: list | None = None):
 
 def _succeeded() -> int:
     return int(_scalar("SELECT count(*) FROM cairnq_tasks WHERE status = 'succeeded'"))
+
+
+def _vacuums() -> int | None:
+    """VACUUMs of the queue table so far, the worker's and autovacuum's (PostgreSQL only)."""
+    if connections["default"].vendor != "postgresql":
+        return None
+    return int(_scalar(
+        "SELECT vacuum_count + autovacuum_count FROM pg_stat_user_tables"
+        " WHERE relid = 'cairnq_tasks'::regclass"
+    ))
 
 
 def _rss_kb(pid: int) -> int:
@@ -95,6 +107,7 @@ def _enqueue(count: int) -> None:
 @pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs /proc")
 def test_a_long_drain_runs_every_task_once_and_stays_flat(live_store, child_env):
     _enqueue(TASKS)
+    vacuums_before = _vacuums()
     worker = WorkerProcess(child_env, "--burst", "--concurrency", "8", "-v", "1")
     samples: list[Sample] = []
     progress: list[tuple[float, int]] = []
@@ -115,6 +128,7 @@ def test_a_long_drain_runs_every_task_once_and_stays_flat(live_store, child_env)
         worker.stop()
 
     final = _succeeded()
+    vacuums = None if vacuums_before is None else _vacuums() - vacuums_before
     progress.append((time.monotonic(), final))
     assert samples, worker.output()[-3000:]
     first = _rate(progress, 1, WINDOW)
@@ -129,7 +143,7 @@ def test_a_long_drain_runs_every_task_once_and_stays_flat(live_store, child_env)
         f"first {WINDOW} at {first:.0f}/s, last {WINDOW} at {last:.0f}/s ({last / first:.2f}x); "
         f"RSS {early.rss_kb / 1024:.1f} -> {late.rss_kb / 1024:.1f} MB; "
         f"descriptors {early.descriptors} -> {late.descriptors}; "
-        f"server sessions {early.sessions} -> {late.sessions}"
+        f"server sessions {early.sessions} -> {late.sessions}; VACUUMs of the table {vacuums}"
     )
 
     # Every task ran exactly once: succeeded at its first attempt, nothing left over.
@@ -140,3 +154,6 @@ def test_a_long_drain_runs_every_task_once_and_stays_flat(live_store, child_env)
     if early.sessions is not None:
         assert late.sessions <= early.sessions + SESSION_SLACK
     assert late.rss_kb - early.rss_kb < RSS_GROWTH_LIMIT_KB
+    # PostgreSQL: the worker VACUUMed the table as it went (worker/upkeep.py).
+    if vacuums is not None and TASKS >= 2 * MIN_CLAIMS:
+        assert vacuums >= 1

@@ -64,6 +64,9 @@ class Dialect:
     has_rowid: bool
     # ANALYZE / PRAGMA optimize keeps the planner on the lease index.
     needs_periodic_analyze: bool
+    # Every claim leaves the claimed rows' old index entries at the head of
+    # the claim index, where only VACUUM removes them (worker/upkeep.py).
+    needs_claim_vacuum: bool
     # Django's cursor binds named parameters faster than positional ones
     # (statement_cache.py).
     binds_by_name: bool
@@ -91,6 +94,7 @@ SQLITE = Dialect(
     has_row_estimate=False,
     has_rowid=True,
     needs_periodic_analyze=True,
+    needs_claim_vacuum=False,
     binds_by_name=True,
     text_type=None,
     epoch_millis_type="integer",
@@ -112,6 +116,7 @@ POSTGRES = Dialect(
     has_row_estimate=True,
     has_rowid=False,
     needs_periodic_analyze=False,
+    needs_claim_vacuum=True,
     binds_by_name=False,
     # TEXT, not Django's "text": Django adds a text_pattern_ops index to every
     # indexed column whose type it spells "text", and the protocol has none.
