@@ -103,3 +103,13 @@ def test_a_role_that_may_not_vacuum_is_told_once_and_stops_trying(live_store, ca
     assert not upkeep.enabled and not upkeep.running
     assert [r.message for r in caplog.records].count(caplog.records[0].message) == 1
     assert "may not VACUUM" in caplog.records[0].message
+
+
+@postgres_only
+def test_the_migration_gives_the_queue_table_its_autovacuum_settings(db):
+    from cairnq_django.db.dialects import POSTGRES
+
+    with connections["default"].cursor() as cursor:
+        cursor.execute("SELECT reloptions FROM pg_class WHERE oid = 'cairnq_tasks'::regclass")
+        options = set(cursor.fetchone()[0] or ())
+    assert options == {f"{name}={value}" for name, value in POSTGRES.queue_table_storage}
