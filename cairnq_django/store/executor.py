@@ -145,6 +145,21 @@ class Executor:
             self.verify_protocol()
             self.run_sql(sql.OPTIMIZE)
 
+    def vacuum_tasks(self) -> int | None:
+        """VACUUM the queue table (PostgreSQL); answer its row estimate after, or None if not allowed.
+
+        Runs outside any transaction (VACUUM refuses one), on this thread's connection.
+        """
+        self.verify_protocol()
+        with connections[self.using].cursor() as cursor:
+            cursor.execute(sql.TASKS_UPKEEP)
+            allowed, _ = cursor.fetchone()
+            if not allowed:
+                return None
+            cursor.execute(sql.VACUUM_TASKS)
+            cursor.execute(sql.TASKS_UPKEEP)
+            return max(0, int(cursor.fetchone()[1]))
+
     def lock_key(self, key: str) -> None:
         """Serialize keyed writes on `key` until the transaction ends."""
         # SQLite needs none: BEGIN IMMEDIATE already holds the write lock.

@@ -61,6 +61,7 @@ class Store:
     clock_ms = _Forward("executor", Executor.clock_ms)
     atomic = _Forward("executor", Executor.atomic)
     refresh_statistics = _Forward("executor", Executor.refresh_statistics)
+    vacuum_tasks = _Forward("executor", Executor.vacuum_tasks)
 
     # Application code, the admin, retention and schedules.
     prepare = _Forward("application", ApplicationOperations.prepare)

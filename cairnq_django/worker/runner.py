@@ -59,6 +59,7 @@ from .pools import EventLoopThread, HandlerThreads
 from .registry import Registry, autodiscover
 from .registry import registry as default_registry
 from .settler import Settler
+from .upkeep import TableUpkeep
 
 if TYPE_CHECKING:
     from ..observability.presence import Presence
@@ -138,6 +139,8 @@ class Worker:
             threading.Lock() if self.store.dialect.serializes_writes else nullcontext()
         )
         self.settler = Settler(self.store, write_gate=self._write_gate)
+        # PostgreSQL: VACUUM the queue table after enough claims (upkeep.py says why).
+        self._upkeep = TableUpkeep(self.store, self.report)
         self.execution = Execution(
             worker=self, store=self.store, on_done=self._in_flight.release, report=self.report,
             write_completion=self.settler.complete, on_returned=self._in_flight.returned,
@@ -410,6 +413,7 @@ class Worker:
             announce = woken and len(drawn) == len(pending) and self._wakeup.hears_drained
             with self._write_gate:
                 rows = self._claim(draws, announce=announce, limits=limits)
+            self._upkeep.claimed(len(rows))
             filled = filled or any_draw_filled(draws, rows)
             pending = [s for s in pending if s not in drawn]
             calls = self._calls(fail_undecodable(rows, self._fail_unrun, self.report))
@@ -676,6 +680,7 @@ class Worker:
         if self._loop_thread is not None:
             self._loop_thread.stop()
         self.settler.stop()
+        self._upkeep.join(5)
         if self._presence is not None:
             with self._write_gate:
                 self._presence.stop()  # deletes this worker's row
