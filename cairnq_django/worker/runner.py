@@ -74,6 +74,13 @@ _STATISTICS_EVERY_S = 3600.0
 _DB_RETRY_MAX_S = 5.0
 # Upper bound on any single wait of the loop, so stop() is noticed promptly.
 _SLICE_S = 0.2
+# Waking for a due time: run_at is whole milliseconds of the queue's clock, so
+# a claim a hair early would find the task not yet due.
+_DUE_MARGIN_S = 0.001
+# A task due this little before an idle sleep's end is left to that end.
+_DUE_EARLY_WAKE_S = 0.005
+# Two due times this close are one (a requeue of this worker's own, and the probe's reading of it).
+_SAME_DUE_S = 0.05
 
 
 class Worker:
@@ -120,6 +127,14 @@ class Worker:
         # call ending a reason to look again before a wake says so.
         self._left_work = False
         self._pacing = WakePacing()
+        # When the earliest queued, not yet due task of these queues and names
+        # falls due (monotonic; from the last idle probe), and when the
+        # earliest of this worker's own delayed requeues does: an idle worker
+        # sleeps until then rather than until its next rare poll. `_due_wake`:
+        # the next claim answers such a moment.
+        self._due_at: float | None = None
+        self._own_due_at: float | None = None
+        self._due_wake = False
         # Fleet-wide flow limits (flow/limits.py), and how long to hold off
         # after a claim they held back (pacing.held_back_wait_s; None: they did not).
         self._limits = LimitsCache(self.using)
@@ -370,6 +385,8 @@ class Worker:
             if held_s is not None:
                 self._held_wait(held_s)
                 continue
+            if self._work_likely:
+                continue  # the probe after an empty claim found work that came due meanwhile
             self._idle()
 
     def _refresh_statistics(self) -> None:
@@ -390,9 +407,10 @@ class Worker:
         # claim itself answers the same question one round trip sooner.
         likely, self._work_likely = self._work_likely, False
         woken, self._woken = self._woken, False
+        due_wake, self._due_wake = self._due_wake, False
         self._left_work = False
         self._held_wait_s = None
-        if not likely and not self.store.has_claimable(queues=self.queues, names=names):
+        if not likely and not self._probe_idle(names):
             return 0
         limits = self._limits.current()
         pending = self._rotation.next_order()
@@ -421,7 +439,21 @@ class Worker:
         self._left_work = filled or bool(pending) or self._held_wait_s is not None
         if woken:
             self._pacing.woken_claim(started)
+        if (due_wake or woken and not started) and not self._left_work:
+            # The due time just answered is spent, or the wake that found
+            # nothing may have announced a delayed task: learn the next due
+            # time now, before sleeping (one read, only after such claims).
+            self._work_likely = self._probe_idle(names)
         return started
+
+    def _probe_idle(self, names: list[str]) -> bool:
+        """The read-only probe: is anything claimable? It also notes when the next task falls due."""
+        probe = self.store.probe_idle(queues=self.queues, names=names)
+        self._due_at = (
+            None if probe.due_in_ms is None
+            else time.monotonic() + probe.due_in_ms / 1000 + _DUE_MARGIN_S
+        )
+        return probe.work
 
     def _claim(self, draws: list[Any], *, announce: bool, limits: list[Limit]) -> list[TaskRecord]:
         """One claim transaction; with `announce`, it tells the fleet if it left nothing behind.
@@ -574,8 +606,40 @@ class Worker:
             wakeup = self._wakeup
             (wakeup.seek_seat if seeking else wakeup.leave_seat)(self._drained_key)
 
+    def _next_due(self) -> float | None:
+        """When this idle worker should claim for delayed work falling due (monotonic), if ever.
+
+        Its own retries and snoozes always count: it alone knows them without
+        asking. A due time read by the probe counts only for a worker that
+        answers new work (seated, wakeup/seats.py): standbys learn it too, at
+        their polls, and all waking at that instant would be the herd seats
+        removed.
+        """
+        own = self._in_flight.take_requeued_due()
+        if own is not None and (self._own_due_at is None or own < self._own_due_at):
+            self._own_due_at = own
+        moments = [] if self._own_due_at is None else [self._own_due_at]
+        if self._due_at is not None and self._wakeup.answers_queued(self._drained_key):
+            moments.append(self._due_at)
+        return min(moments) if moments else None
+
+    def _woke_for_due(self, now: float) -> None:
+        """The next claim answers a due time: it skips the probe, and learns the next one after."""
+        own = self._own_due_at is not None and self._own_due_at <= now
+        logger.debug(
+            "Idle worker %s woke for %s falling due.", self.worker_id,
+            "its own retry or snooze" if own else "a delayed task it read",
+        )
+        # A requeue of its own the probe also saw (a moment apart) is answered by this claim too.
+        if self._own_due_at is not None and self._own_due_at <= now + _SAME_DUE_S:
+            self._own_due_at = None
+        if self._due_at is not None and self._due_at <= now:
+            self._due_at = None
+        self._due_wake = True
+        self._work_likely = True
+
     def _idle(self) -> None:
-        """Sleep a poll interval on the wakeup, cut short by a wake or a call that ended."""
+        """Sleep a poll interval on the wakeup, cut short by a wake, a due time or a call that ended."""
         release(self.using)  # a pooled connection is not held while idle
         self._seek_seat(True)
         idle_s = idle_poll_s(self.options.poll_ms, self._wakeup.healthy)
@@ -584,12 +648,24 @@ class Worker:
             idle_s = min(idle_s, self._held_wait_s)
         deadline = time.monotonic() + idle_s
         while not self._stopping:
-            remaining = deadline - time.monotonic()
+            now = time.monotonic()
+            remaining = deadline - now
+            due = self._next_due()
+            if due is not None and due <= now:
+                self._woke_for_due(now)
+                return
             if remaining <= 0 or self._changed.is_set() and self._recheck_on_call_end():
+                if remaining <= 0:
+                    logger.debug("Idle worker %s polls: its poll interval ran out.", self.worker_id)
                 # Tasks a limit held back were due: the claim need not probe first.
                 self._work_likely = self._work_likely or self._held_wait_s is not None
                 return
-            step = min(remaining, _SLICE_S)
+            step = min(remaining, _SLICE_S, *(() if due is None else (due - now,)))
+            # Where the signal cannot tell delayed work from due work (SQLite), a
+            # new task falling due before this sleep ends wakes it too.
+            self._wakeup.wake_for_due_before(
+                (deadline if due is None else min(deadline, due)) - _DUE_EARLY_WAKE_S
+            )
             # The workers-table row is refreshed from here too: a healthy
             # wakeup's poll interval can be longer than its report interval.
             self._refresh_presence()
