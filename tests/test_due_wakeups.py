@@ -13,6 +13,7 @@ import time
 import pytest
 
 from cairnq_django import enqueue, get, pause_queue
+from cairnq_django.worker.due import DueTimes
 from tests.workerutil import WorkerProcess, wait_for
 
 # Polls far apart: nothing but a due-time wake (or a NOTIFY) ends an idle sleep
@@ -20,6 +21,40 @@ from tests.workerutil import WorkerProcess, wait_for
 RARE_POLLS = {"POLL_INTERVAL": 60_000}
 DUE_WAKE = "falling due"
 POLL_WAKE = "its poll interval ran out"
+
+
+# ------------------------------------------------------------ the due times
+def test_a_read_due_time_counts_only_for_a_worker_that_answers_new_work():
+    due = DueTimes()
+    due.read(2_000, sent=10.0, received=10.2)
+    # Halfway through the round trip, plus the millisecond margin.
+    assert due.next(answers=True) == pytest.approx(12.101)
+    assert due.next(answers=False) is None  # a standby leaves it to the seated workers
+    due.read(None, sent=11.0, received=11.0)
+    assert due.next(answers=True) is None
+
+
+def test_its_own_requeues_count_for_any_worker_and_the_earliest_wins():
+    due = DueTimes()
+    due.requeued(None)
+    due.requeued(20.0)
+    due.requeued(15.0)
+    due.requeued(30.0)
+    assert due.next(answers=False) == 15.0
+    due.read(1_000, sent=13.0, received=13.0)
+    assert due.next(answers=True) == pytest.approx(14.001)
+
+
+def test_spending_answers_every_moment_up_to_now_and_the_same_task_read_twice():
+    due = DueTimes()
+    due.read(0, sent=10.0, received=10.0)
+    due.requeued(10.03)  # the same retry, as the call's end saw it a moment later
+    assert due.spend(10.01) is False
+    assert due.next(answers=True) is None
+    due.requeued(20.0)
+    due.read(30_000, sent=10.0, received=10.0)
+    assert due.spend(20.0) is True
+    assert due.next(answers=True) == pytest.approx(40.001)
 
 
 # ------------------------------------------------------------------ the probe
@@ -101,5 +136,7 @@ def test_a_worker_wakes_for_its_own_retry_or_snooze_with_no_other_signal(
     finally:
         worker.stop()
     assert done.result.get("attempt") == (2 if name == "tests.flaky" else 1)
-    assert "woke for its own retry or snooze falling due" in out, out
+    # Its own requeue, or the probe it ran as the call ended (no wakeups: a
+    # call ending is a reason to look), told it the moment.
+    assert DUE_WAKE in out, out
     assert POLL_WAKE not in out, out

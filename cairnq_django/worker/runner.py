@@ -37,6 +37,7 @@ from ..tables import check_tables
 from ..wakeup import Wakeup, get_wakeup
 from .connections import WorkerConnectionPolicy
 from .context import TaskContext
+from .due import DueTimes
 from .envelopes import shutdown_envelope, timeout_envelope
 from .execution import Call, Execution
 from .heartbeat import Heartbeat
@@ -74,13 +75,8 @@ _STATISTICS_EVERY_S = 3600.0
 _DB_RETRY_MAX_S = 5.0
 # Upper bound on any single wait of the loop, so stop() is noticed promptly.
 _SLICE_S = 0.2
-# Waking for a due time: run_at is whole milliseconds of the queue's clock, so
-# a claim a hair early would find the task not yet due.
-_DUE_MARGIN_S = 0.001
 # A task due this little before an idle sleep's end is left to that end.
 _DUE_EARLY_WAKE_S = 0.005
-# Two due times this close are one (a requeue of this worker's own, and the probe's reading of it).
-_SAME_DUE_S = 0.05
 
 
 class Worker:
@@ -127,13 +123,10 @@ class Worker:
         # call ending a reason to look again before a wake says so.
         self._left_work = False
         self._pacing = WakePacing()
-        # When the earliest queued, not yet due task of these queues and names
-        # falls due (monotonic; from the last idle probe), and when the
-        # earliest of this worker's own delayed requeues does: an idle worker
-        # sleeps until then rather than until its next rare poll. `_due_wake`:
-        # the next claim answers such a moment.
-        self._due_at: float | None = None
-        self._own_due_at: float | None = None
+        # When delayed work falls due (due.py): an idle worker sleeps until
+        # then rather than until its next rare poll. `_due_wake`: the next
+        # claim answers such a moment.
+        self._due = DueTimes()
         self._due_wake = False
         # Fleet-wide flow limits (flow/limits.py), and how long to hold off
         # after a claim they held back (pacing.held_back_wait_s; None: they did not).
@@ -439,20 +432,19 @@ class Worker:
         self._left_work = filled or bool(pending) or self._held_wait_s is not None
         if woken:
             self._pacing.woken_claim(started)
-        if (due_wake or woken and not started) and not self._left_work:
-            # The due time just answered is spent, or the wake that found
-            # nothing may have announced a delayed task: learn the next due
-            # time now, before sleeping (one read, only after such claims).
+        if (due_wake or likely and not started) and not self._left_work:
+            # The due time just answered is spent, or a claim that skipped the
+            # probe found nothing (a wake may have announced a delayed task):
+            # learn the next due time now, before sleeping (one read, only
+            # after such claims).
             self._work_likely = self._probe_idle(names)
         return started
 
     def _probe_idle(self, names: list[str]) -> bool:
         """The read-only probe: is anything claimable? It also notes when the next task falls due."""
+        sent = time.monotonic()
         probe = self.store.probe_idle(queues=self.queues, names=names)
-        self._due_at = (
-            None if probe.due_in_ms is None
-            else time.monotonic() + probe.due_in_ms / 1000 + _DUE_MARGIN_S
-        )
+        self._due.read(probe.due_in_ms, sent, time.monotonic())
         return probe.work
 
     def _claim(self, draws: list[Any], *, announce: bool, limits: list[Limit]) -> list[TaskRecord]:
@@ -607,34 +599,17 @@ class Worker:
             (wakeup.seek_seat if seeking else wakeup.leave_seat)(self._drained_key)
 
     def _next_due(self) -> float | None:
-        """When this idle worker should claim for delayed work falling due (monotonic), if ever.
-
-        Its own retries and snoozes always count: it alone knows them without
-        asking. A due time read by the probe counts only for a worker that
-        answers new work (seated, wakeup/seats.py): standbys learn it too, at
-        their polls, and all waking at that instant would be the herd seats
-        removed.
-        """
-        own = self._in_flight.take_requeued_due()
-        if own is not None and (self._own_due_at is None or own < self._own_due_at):
-            self._own_due_at = own
-        moments = [] if self._own_due_at is None else [self._own_due_at]
-        if self._due_at is not None and self._wakeup.answers_queued(self._drained_key):
-            moments.append(self._due_at)
-        return min(moments) if moments else None
+        """When this idle worker should claim for delayed work falling due (monotonic), if ever."""
+        self._due.requeued(self._in_flight.take_requeued_due())
+        return self._due.next(answers=self._wakeup.answers_queued(self._drained_key))
 
     def _woke_for_due(self, now: float) -> None:
         """The next claim answers a due time: it skips the probe, and learns the next one after."""
-        own = self._own_due_at is not None and self._own_due_at <= now
+        own = self._due.spend(now)
         logger.debug(
             "Idle worker %s woke for %s falling due.", self.worker_id,
             "its own retry or snooze" if own else "a delayed task it read",
         )
-        # A requeue of its own the probe also saw (a moment apart) is answered by this claim too.
-        if self._own_due_at is not None and self._own_due_at <= now + _SAME_DUE_S:
-            self._own_due_at = None
-        if self._due_at is not None and self._due_at <= now:
-            self._due_at = None
         self._due_wake = True
         self._work_likely = True
 
