@@ -85,6 +85,7 @@ class Store:
 
     # Only a lease holder: the worker and `testing`.
     has_claimable = _Forward("leases", LeaseOperations.has_claimable)
+    probe_idle = _Forward("leases", LeaseOperations.probe_idle)
     claim = _Forward("leases", LeaseOperations.claim)
     claim_limited = _Forward("leases", LeaseOperations.claim_limited)
     heartbeat = _Forward("leases", LeaseOperations.heartbeat)
