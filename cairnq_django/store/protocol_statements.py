@@ -167,8 +167,8 @@ def _build_idle_probe(using: str, queues: int, names: int | None) -> Template:
     """
     future = (
         tasks_of(using)
-        .filter(LiteralIn("status", ("queued",)), one_of("queue", _texts("q", queues)))
-        .filter(run_at_ms__gt=NowMs())
+        .queued()
+        .filter(one_of("queue", _texts("q", queues)), run_at_ms__gt=NowMs())
         .exclude(queue__in=paused_queues_of(using))
     )
     if names is not None:
