@@ -90,6 +90,26 @@ def _assert_laid_out_like_django(found: dict, reference: dict, last: str) -> Non
     assert found["scrollWidth"] <= found["clientWidth"] == WIDTH, found
 
 
+PLACEHOLDERS_JS = """
+() => Array.from(document.querySelectorAll('#cq-limit-form input[placeholder]')).map((input) => {
+    const typed = getComputedStyle(input), hint = getComputedStyle(input, '::placeholder');
+    return {name: input.name, text: input.placeholder, value: input.value,
+            typedColor: typed.color, hintColor: hint.color, hintStyle: hint.fontStyle,
+            hintOpacity: hint.opacity};
+})
+"""
+
+
+def _assert_placeholders_look_empty(page) -> None:
+    """The limit form's hints read as examples, and look unlike a typed value."""
+    hints = page.evaluate(PLACEHOLDERS_JS)
+    assert {hint["name"] for hint in hints} == {"value", "concurrency", "rate", "per"}
+    for hint in hints:
+        assert hint["value"] == "" and hint["text"].startswith("e.g. "), hint
+        assert hint["hintStyle"] == "italic", hint
+        assert hint["hintColor"] != hint["typedColor"] or float(hint["hintOpacity"]) < 1, hint
+
+
 @pytest.mark.slow
 def test_every_admin_page_of_ours_is_laid_out_as_djangos_own(
     browser, live_server, live_store, settings  # noqa: F811
@@ -140,6 +160,8 @@ def test_every_admin_page_of_ours_is_laid_out_as_djangos_own(
         found = _measure(page, base + path, ready)
         page.screenshot(path=str(SHOTS / f"{name}.png"), full_page=True)
         _assert_laid_out_like_django(found, reference, last)
+        if name == "dashboard":
+            _assert_placeholders_look_empty(page)
         if name == "task-list":
             attempts = page.locator("#result_list td.field-attempts").all_inner_texts()
             print(attempts)
