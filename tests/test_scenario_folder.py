@@ -83,3 +83,10 @@ def test_pytest_fails_the_missing_folder_when_ci_requires_it(tmp_path):
     output = proc.stdout + proc.stderr
     assert proc.returncode == 1, output
     assert "3 failed" in output
+
+
+def test_ci_requires_the_scenarios_before_it_runs_the_suite():
+    ci = (REPO_ROOT / ".ci" / "run").read_text()
+    required = ci.index("export CAIRNQ_REQUIRE_CONFORMANCE=1")
+    assert required < ci.index("bash scripts/test")
+    assert "../shared/conformance/scenarios" in ci
