@@ -14,7 +14,7 @@ from django.db import DEFAULT_DB_ALIAS
 from django.utils.module_loading import import_string
 
 from .conf import DEFAULTS, DURATION_KEYS, cairnq_settings, to_ms
-from .records import limit_from_setting
+from .flow.limit_parsing import limit_from_setting
 from .retention import retention_config_errors
 from .schedules.config import SETTING, Schedule, read_schedule
 from .validators import is_integer

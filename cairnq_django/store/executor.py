@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import nullcontext
 from typing import Any
 
@@ -87,7 +87,7 @@ class Executor:
         self.dialect: Dialect = dialect_of(using)
 
     def run(self, statement: Statement, values: dict[str, Any] | None = None,
-            shape: tuple[Any, ...] = (), rows: Sequence[dict[str, Any]] = (),
+            shape: tuple[Any, ...] = (), rows: Sequence[Mapping[str, Any]] = (),
             now: int | None = None) -> list[tuple[Any, ...]]:
         """Bind and run a cached statement; its rows ([] for one that returns none)."""
         self.verify_protocol()
@@ -103,7 +103,7 @@ class Executor:
 
     def records(self, statement: Statement, values: dict[str, Any] | None = None,
                 shape: tuple[Any, ...] = (),
-                rows: Sequence[dict[str, Any]] = ()) -> list[TaskRecord]:
+                rows: Sequence[Mapping[str, Any]] = ()) -> list[TaskRecord]:
         """Run a statement that returns whole task rows, as records."""
         return [record(row) for row in self.run(statement, values, shape, rows)]
 

@@ -17,7 +17,6 @@ from ..db import transitions
 from ..db.dialects import dialect_of
 from ..db.expressions import (
     JsonParam,
-    LiteralIn,
     NowMs,
     RawText,
     Slot,
@@ -166,7 +165,7 @@ def _build_claim(using: str, queues: int, names: int | None, limit: int) -> Temp
 def _build_claim_ids(using: str, count: int) -> Template:
     """The claim's transition on chosen rows (the limited claim's), each still queued."""
     ids = [text_param("id", i) for i in range(count)]
-    queued = tasks_of(using).filter(one_of("id", ids)).filter(LiteralIn("status", ("queued",)))
+    queued = tasks_of(using).filter(one_of("id", ids)).queued()
     return _returning_row(queued, transitions.claim())
 
 

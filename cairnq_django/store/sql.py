@@ -10,6 +10,8 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
+from ..records import TaskSpec
+
 # PostgreSQL's advisory transaction lock on a business key, under the same
 # hash the peers use, so keyed submits from every language serialize. Django
 # has no advisory locks.
@@ -72,7 +74,7 @@ OPTIMIZE = "PRAGMA optimize"
 
 
 def copy_rows(
-    copy: Callable[[str], AbstractContextManager[Any]], specs: Sequence[dict[str, Any]], now: int
+    copy: Callable[[str], AbstractContextManager[Any]], specs: Sequence[TaskSpec], now: int
 ) -> None:
     """Stream prepared specs through COPY, every row stamped with one clock reading."""
     with copy(COPY_TASKS) as stream:

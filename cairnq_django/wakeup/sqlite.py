@@ -201,7 +201,7 @@ class SQLiteWakeup(Waits):
         with self._db_lock:
             if self._db is None:
                 self._db = self._open()
-            return self._db.execute(sql.DATA_VERSION).fetchone()[0]
+            return int(self._db.execute(sql.DATA_VERSION).fetchone()[0])
 
     def _start(self) -> bool:
         """Start the poller if needed; return False when the file cannot be watched."""
