@@ -29,7 +29,7 @@ from django.db import close_old_connections, connections, transaction
 from django.db.utils import InterfaceError, OperationalError
 from django.utils import timezone
 
-from .. import signals, validators
+from .. import declared, signals, validators
 from ..delays import snooze_delay_ms
 from ..errors import LostLease, SerializationError
 from ..flow.backpressure import wait_for_headroom
@@ -537,7 +537,14 @@ class TaskContext:
         """
         self._require_lease()
         options.setdefault("correlation_id", self.correlation_id)
-        options.setdefault("queue", "default")
+        # Options not given take what the child's handler declares (declared.py).
+        resolved = declared.row_options(
+            name, queue=options.get("queue"), max_attempts=options.get("max_attempts"),
+            priority=options.get("priority"),
+        )
+        options.update(
+            queue=resolved.queue, max_attempts=resolved.max_attempts, priority=resolved.priority
+        )
         if "delay" in options or "run_at" in options:
             options["delay_ms"] = validators.delay_ms(
                 options.pop("delay", None), options.pop("run_at", None), timezone.now()
