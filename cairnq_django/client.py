@@ -16,7 +16,8 @@ from . import declared, signals, validators, waiting
 from .conf import cairnq_settings, to_ms
 from .flow.backpressure import wait_for_headroom
 from .records import DEFAULT_CONFLICT, TaskRecord, TaskSpec
-from .store import Store, get_store
+from .store import Store, attempts, get_store
+from .store.attempts import TaskHistory
 
 # What a wait function returns: a TaskRecord, or (waiting.await_) a coroutine of one.
 _Waited = TypeVar("_Waited")
@@ -230,6 +231,15 @@ def get(task_id: str, *, using: str | None = None) -> TaskRecord | None:
     return get_store(using).get(task_id)
 
 
+def get_task(task_id: str, *, using: str | None = None) -> TaskHistory | None:
+    """Return a task and its attempts, oldest first (docs/attempts.md), or None."""
+    store = get_store(using)
+    task = store.get(task_id)
+    if task is None:
+        return None
+    return TaskHistory(task=task, attempts=attempts.history(store.using, task))
+
+
 def get_by_key(key: str, *, using: str | None = None) -> TaskRecord | None:
     """Return the task a business key currently points at, or None."""
     return get_store(using).get_by_key(key)
@@ -367,6 +377,7 @@ def _seconds(timeout: float | timedelta | None) -> float | None:
 aenqueue = sync_to_async(enqueue)
 aenqueue_many = sync_to_async(enqueue_many)
 aget = sync_to_async(get)
+aget_task = sync_to_async(get_task)
 aget_by_key = sync_to_async(get_by_key)
 alist_tasks = sync_to_async(list_tasks)
 astats = sync_to_async(stats)

@@ -347,7 +347,8 @@ class TaskContext:
         delay = self.retry_delay_ms() if retryable else 0
         row = self._owned_settle(
             lambda: self._store.fail(
-                self.task_id, self._worker_id, envelope, retryable=retryable, delay_ms=delay
+                self.task_id, self._worker_id, envelope, retryable=retryable, delay_ms=delay,
+                started_at_ms=self._task.updated_at_ms,  # the claim's stamp: the attempt's start
             )
         )
         self.failure = (envelope, retryable, delay)
@@ -372,7 +373,9 @@ class TaskContext:
 
     def _snooze_owned(self, delay_ms: int) -> TaskRecord:
         row = self._owned_settle(
-            lambda: self._store.snooze(self.task_id, self._worker_id, delay_ms)
+            lambda: self._store.snooze(
+                self.task_id, self._worker_id, delay_ms, started_at_ms=self._task.updated_at_ms
+            )
         )
         self.snoozed_ms = delay_ms
         self._settle(row)
@@ -468,7 +471,8 @@ class TaskContext:
             delay = self.retry_delay_ms() if delay_ms is None else delay_ms
             row = self._once_more(
                 lambda: self._store.fail(
-                    self.task_id, self._worker_id, envelope, retryable=True, delay_ms=delay
+                    self.task_id, self._worker_id, envelope, retryable=True, delay_ms=delay,
+                    started_at_ms=self._task.updated_at_ms,
                 )
             )
             self.failure = (envelope, True, delay)
