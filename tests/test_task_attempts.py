@@ -8,6 +8,7 @@ from django.db import connections
 
 import cairnq_django
 from cairnq_django.models import TaskAttempt
+from cairnq_django.records import Limit
 from cairnq_django.retention.sweeper import RetentionSweeper
 from cairnq_django.store.attempts import LOST_ERROR
 from cairnq_django.testing import run_tasks
@@ -96,6 +97,18 @@ def test_a_lost_attempt_is_recorded_by_the_one_round_trip_claim(live_store):
     expire_lease(live_store, claimed.id)
     [again] = live_store.claim(queues=["default"], worker_id="w2", names=["crashy_rt"])
     assert again.attempt == 2
+    assert outcomes(cairnq_django.get_task(claimed.id)) == [(1, "lost"), (2, "running")]
+
+
+def test_a_limited_claim_records_the_lost_attempts_it_recovers(store):
+    claimed = run(store, "capped", worker="w1")
+    expire_lease(store, claimed.id)
+    limit = Limit(scope="name", value="capped", concurrency=5, rate=None, per_ms=None,
+                  source="runtime")
+    result = store.claim_limited(
+        limits=[limit], queues=["default"], worker_id="w2", names=["capped"]
+    )
+    assert [task.id for task in result.tasks] == [claimed.id]
     assert outcomes(cairnq_django.get_task(claimed.id)) == [(1, "lost"), (2, "running")]
 
 
