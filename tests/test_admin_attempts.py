@@ -79,3 +79,15 @@ def test_the_changelist_reads_no_attempts(admin_client, store):
     assert TaskAttempt.objects.count() == 6
     assert len(many) == len(few)
     assert not [q for q in many if "cairnq_django_task_attempt" in q["sql"]]
+
+
+def test_the_admin_purge_takes_the_attempts_with_the_task(admin_client, store):
+    done = fail_then_succeed(store, "purged", "x")
+    assert TaskAttempt.objects.filter(task_id=done.id).count() == 1
+    admin_client.post(
+        CHANGELIST,
+        {"action": "purge_tasks", "_selected_action": [done.id], "index": "0", "post": "yes"},
+        follow=True,
+    )
+    assert store.get(done.id) is None
+    assert not TaskAttempt.objects.filter(task_id=done.id).exists()
