@@ -155,3 +155,27 @@ def test_every_purge_takes_the_attempts_with_the_task(store):
     RetentionSweeper(rules=3_600_000, pause_ms=0).sweep_once()
     assert not store.tasks().filter(id__in=ids).exists()
     assert TaskAttempt.objects.count() == 0
+
+
+def test_a_peer_sdk_writes_no_attempt_rows(live_store):
+    """Workers in other languages settle the task row only: their attempts have no rows."""
+    from tests.peer import with_sdk
+
+    task = cairnq_django.enqueue("peer.job", {}, max_attempts=3)
+
+    async def work(client):
+        [first] = await client.store.claim(queues=["default"], worker_id="sdk-1", names=["peer.job"])
+        await client.store.fail(
+            task_id=first.id, worker_id="sdk-1", retryable=True,
+            error={"type": "Flaky", "code": "flaky", "message": "sdk try 1", "retryable": True,
+                   "details": {}},
+        )
+        [second] = await client.store.claim(queues=["default"], worker_id="sdk-1", names=["peer.job"])
+        await client.store.complete(task_id=second.id, worker_id="sdk-1", result="ok")
+
+    with_sdk(work)
+    history = cairnq_django.get_task(task.id)
+    assert outcomes(history) == [(1, "unrecorded"), (2, "succeeded")]
+    assert history.attempts[1].worker_id == "sdk-1"
+    assert history.error is None and history.task.error["message"] == "sdk try 1"
+    assert attempt_rows(task.id) == 0
