@@ -91,3 +91,21 @@ def test_the_admin_purge_takes_the_attempts_with_the_task(admin_client, store):
     )
     assert store.get(done.id) is None
     assert not TaskAttempt.objects.filter(task_id=done.id).exists()
+
+
+def test_a_task_a_peer_failed_shows_the_rows_error_as_its_last_attempt(admin_client, store):
+    claimed = run(store, "peer_failed")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE cairnq_tasks SET status = 'failed', completed_at_ms = updated_at_ms,"
+            " error = %s WHERE id = %s",
+            ['{"type": "Peer", "code": "peer_<i>", "message": "from a peer", "retryable": false}',
+             claimed.id],
+        )
+    with CaptureQueriesContext(connection) as queries:
+        html = admin_client.get(detail_url(claimed.id)).content.decode()
+    timeline = html.split("field-attempt_history", 1)[1]
+    assert '<tr class="cq-attempt-failed"><td>1</td>' in timeline
+    assert "from a peer" in timeline and "peer_&lt;i&gt;" in timeline
+    # The page never loads the model's deferred error column on its own.
+    assert not [q for q in queries if q["sql"].lstrip().upper().startswith('SELECT "CAIRNQ_TASKS"."ERROR"')]

@@ -120,6 +120,7 @@ def test_a_lease_recovered_on_its_last_attempt_is_one_lost_attempt(store):
     assert history.task.status == "failed"
     assert outcomes(history) == [(1, "lost")]
     assert history.attempts[0].worker_id == "w1"  # recovery keeps a failed task's worker
+    assert history.attempts[0].recorded
 
 
 def test_attempts_no_row_describes_are_unrecorded(store):
@@ -132,7 +133,9 @@ def test_attempts_no_row_describes_are_unrecorded(store):
         )
     again = store.claim(queues=["default"], worker_id="w2", names=["peer_ran"])[0]
     store.complete(again.id, "w2", None)
-    assert outcomes(cairnq_django.get_task(claimed.id)) == [(1, "unrecorded"), (2, "succeeded")]
+    history = cairnq_django.get_task(claimed.id)
+    assert outcomes(history) == [(1, "unrecorded"), (2, "succeeded")]
+    assert [a.recorded for a in history.attempts] == [False, False]
 
 
 def test_get_task_of_an_unknown_id_is_none_and_the_async_twin_agrees(db):

@@ -233,4 +233,4 @@ class TaskPageAdmin(TaskAdminBase):
 
     @admin.display(description=_("attempts"))
     def attempt_history(self, task: Task) -> str:
-        return timeline_html(self.using, task)
+        return timeline_html(self.using, task, self._raw(task, "error"))

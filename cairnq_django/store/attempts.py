@@ -50,14 +50,8 @@ class Attempt:
     started_at_ms: int | None = None
     ended_at_ms: int | None = None
     error: Any = None
-
-    @property
-    def recorded(self) -> bool:
-        """Whether a row of the attempts table describes it (not the task row, not a gap)."""
-        return self.outcome in _RECORDED
-
-
-_RECORDED = frozenset(outcome for outcome, _ in TaskAttempt.OUTCOME_CHOICES)
+    #: Whether a row of the attempts table describes it (not the task row, not a gap).
+    recorded: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -124,6 +118,7 @@ def attempts_of(task: TaskRecord | Any, rows: Sequence[TaskAttempt]) -> list[Att
         Attempt(
             attempt=row.attempt, outcome=row.outcome, worker_id=row.worker_id,
             started_at_ms=row.started_at_ms, ended_at_ms=row.ended_at_ms, error=row.error,
+            recorded=True,
         )
         for row in rows
     ]
