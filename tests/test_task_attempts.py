@@ -182,3 +182,19 @@ def test_a_peer_sdk_writes_no_attempt_rows(live_store):
     assert history.attempts[1].worker_id == "sdk-1"
     assert history.error is None and history.task.error["message"] == "sdk try 1"
     assert attempt_rows(task.id) == 0
+
+
+@pytest.mark.django_db(transaction=True)
+def test_lost_attempts_of_tasks_purged_meanwhile_are_skipped_not_raised(live_store):
+    """After the one-round-trip claim commits, a purge may take a recovered task first."""
+    from cairnq_django.store.attempts import record_lost_after
+
+    kept = run(live_store, "kept", max_attempts=1)
+    gone = run(live_store, "gone", max_attempts=1)
+    expire_lease(live_store, kept.id)
+    expire_lease(live_store, gone.id)
+    recovered = live_store.leases.recover_leases()  # records them: the rows are the point here
+    TaskAttempt.objects.all().delete()
+    live_store.purge_ids([gone.id])
+    record_lost_after(live_store.using, recovered)
+    assert list(TaskAttempt.objects.values_list("task_id", "outcome")) == [(kept.id, "lost")]

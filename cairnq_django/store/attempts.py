@@ -12,13 +12,18 @@ a peer in another language, which writes no rows).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from django.db import DatabaseError, transaction
+
 from ..errors import error_envelope
-from ..models import TaskAttempt
+from ..models import Task, TaskAttempt
 from ..records import TaskRecord
+
+logger = logging.getLogger("cairnq_django.worker")
 
 # What a lost attempt's row says went wrong: the worker stopped renewing its lease.
 LOST_ERROR = error_envelope(
@@ -102,6 +107,29 @@ def record_lost(using: str, recovered: Sequence[TaskRecord]) -> None:
         )
         for row in recovered
     ])
+
+
+def record_lost_after(using: str, recovered: Sequence[TaskRecord]) -> None:
+    """record_lost() once the recovery has committed (PostgreSQL's one-round-trip claim).
+
+    The tasks may have been purged meanwhile, so only those still there are
+    recorded, under a row lock that holds a purge off until this commits. A
+    failure here loses history, never the claim that called it: it is logged.
+    """
+    if not recovered:
+        return
+    try:
+        with transaction.atomic(using=using):
+            present = set(
+                Task.objects.using(using).filter(id__in=[row.id for row in recovered])
+                .select_for_update().values_list("id", flat=True)
+            )
+            record_lost(using, [row for row in recovered if row.id in present])
+    except DatabaseError:
+        logger.warning(
+            "Recording %d lost attempts failed; their history shows them as unrecorded.",
+            len(recovered), exc_info=True,
+        )
 
 
 def history(using: str, task: TaskRecord) -> list[Attempt]:

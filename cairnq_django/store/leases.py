@@ -269,12 +269,10 @@ class LeaseOperations:
             recovered = [record(row) for row in cursor.fetchall()]
             cursor.nextset()
             claimed = [record(row) for row in cursor.fetchall()]
-        if recovered:
-            # That query has committed: the lost attempts' rows follow in a
-            # transaction of their own (a crash in between leaves them
-            # "unrecorded" in the history, the tasks themselves settled right).
-            with self.executor.atomic():
-                attempts.record_lost(self.using, recovered)
+        # That query has committed: the lost attempts' rows follow in a
+        # transaction of their own (a crash in between leaves them
+        # "unrecorded" in the history, the tasks themselves settled right).
+        attempts.record_lost_after(self.using, recovered)
         return claimed
 
     def _owned(
