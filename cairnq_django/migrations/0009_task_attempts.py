@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('cairnq_django', '0007_flow_limit_permission'),
+        ('cairnq_django', '0008_queue_table_autovacuum'),
     ]
 
     operations = [
