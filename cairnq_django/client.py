@@ -12,18 +12,12 @@ from asgiref.sync import sync_to_async
 from django.db import DEFAULT_DB_ALIAS, transaction
 from django.utils import timezone
 
-from . import signals, validators, waiting
+from . import declared, signals, validators, waiting
 from .conf import cairnq_settings, to_ms
 from .flow.backpressure import wait_for_headroom
-from .records import (
-    DEFAULT_CONFLICT,
-    DEFAULT_MAX_ATTEMPTS,
-    DEFAULT_PRIORITY,
-    DEFAULT_QUEUE,
-    TaskRecord,
-    TaskSpec,
-)
-from .store import Store, get_store
+from .records import DEFAULT_CONFLICT, TaskRecord, TaskSpec
+from .store import Store, attempts, get_store
+from .store.attempts import TaskHistory
 
 # What a wait function returns: a TaskRecord, or (waiting.await_) a coroutine of one.
 _Waited = TypeVar("_Waited")
@@ -61,11 +55,11 @@ def enqueue(
     name: str,
     payload: Any = None,
     *,
-    queue: str = DEFAULT_QUEUE,
+    queue: str | None = None,
     key: str | None = None,
     conflict: str = DEFAULT_CONFLICT,
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS,
-    priority: int = DEFAULT_PRIORITY,
+    max_attempts: int | None = None,
+    priority: int | None = None,
     metadata: dict[str, Any] | None = None,
     delay: timedelta | int | None = None,
     run_at: datetime | None = None,
@@ -85,18 +79,26 @@ def enqueue(
     `concurrency_key` ("account:42") puts the task under the key_prefix
     limits whose prefix it starts with (flow/limits.py): at most their
     concurrency of that key's tasks run at once, fleet-wide.
+
+    `queue`, `max_attempts` and `priority` left at None take what the
+    handler of `name` declares (`@task(max_attempts=2)`) when this process
+    registered it, else the protocol's defaults ("default", 3, 0).
     """
     store = get_store(using)
     validators.check_conflict(conflict)
     _check_key(key)
+    options = declared.row_options(
+        name, queue=queue, max_attempts=max_attempts, priority=priority
+    )
+    queue = options.queue
     metadata, announced = signals.enqueuing(name, queue, metadata)
     try:
         spec = store.prepare(
             name,
             payload,
             queue=queue,
-            max_attempts=max_attempts,
-            priority=priority,
+            max_attempts=options.max_attempts,
+            priority=options.priority,
             metadata=metadata,
             correlation_id=correlation_id,
             delay_ms=_delay_ms(delay, run_at),
@@ -159,17 +161,22 @@ def enqueue_many(
     try:
         for index, item in enumerate(tasks):
             if isinstance(item, tuple):
-                # (name, payload) takes every default: nothing else to look up.
+                # (name, payload) takes every default, or what its handler declares.
                 if not 1 <= len(item) <= 2:
                     raise ValueError(
                         f"enqueue_many item {index} must be (name,) or (name, payload); "
                         f"got a tuple of {len(item)}."
                     )
-                metadata, sent = signals.enqueuing(item[0], DEFAULT_QUEUE, None)
+                options = declared.row_options(item[0])
+                metadata, sent = signals.enqueuing(item[0], options.queue, None)
                 if sent:
                     announced.append((len(specs), metadata))
                 specs.append(
-                    store.prepare(item[0], item[1] if len(item) == 2 else None, metadata=metadata)
+                    store.prepare(
+                        item[0], item[1] if len(item) == 2 else None, queue=options.queue,
+                        max_attempts=options.max_attempts, priority=options.priority,
+                        metadata=metadata,
+                    )
                 )
                 keys.append(plain_key)
                 continue
@@ -185,17 +192,20 @@ def enqueue_many(
                 validators.check_conflict(conflict)
             except ValueError as exc:
                 raise ValueError(f"enqueue_many item {index}: {exc}") from None
-            queue = item.get("queue", DEFAULT_QUEUE)
-            metadata, sent = signals.enqueuing(item["name"], queue, item.get("metadata"))
+            options = declared.row_options(
+                item["name"], queue=item.get("queue"), max_attempts=item.get("max_attempts"),
+                priority=item.get("priority"),
+            )
+            metadata, sent = signals.enqueuing(item["name"], options.queue, item.get("metadata"))
             if sent:
                 announced.append((len(specs), metadata))
             specs.append(
                 store.prepare(
                     item["name"],
                     item.get("payload"),
-                    queue=queue,
-                    max_attempts=item.get("max_attempts", DEFAULT_MAX_ATTEMPTS),
-                    priority=item.get("priority", DEFAULT_PRIORITY),
+                    queue=options.queue,
+                    max_attempts=options.max_attempts,
+                    priority=options.priority,
                     metadata=metadata,
                     correlation_id=item.get("correlation_id"),
                     delay_ms=_delay_ms(item.get("delay"), item.get("run_at")),
@@ -219,6 +229,15 @@ def enqueue_many(
 def get(task_id: str, *, using: str | None = None) -> TaskRecord | None:
     """Return a task by id, or None."""
     return get_store(using).get(task_id)
+
+
+def get_task(task_id: str, *, using: str | None = None) -> TaskHistory | None:
+    """Return a task and its attempts, oldest first (docs/attempts.md), or None."""
+    store = get_store(using)
+    task = store.get(task_id)
+    if task is None:
+        return None
+    return TaskHistory(task=task, attempts=attempts.history(store.using, task))
 
 
 def get_by_key(key: str, *, using: str | None = None) -> TaskRecord | None:
@@ -358,6 +377,7 @@ def _seconds(timeout: float | timedelta | None) -> float | None:
 aenqueue = sync_to_async(enqueue)
 aenqueue_many = sync_to_async(enqueue_many)
 aget = sync_to_async(get)
+aget_task = sync_to_async(get_task)
 aget_by_key = sync_to_async(get_by_key)
 alist_tasks = sync_to_async(list_tasks)
 astats = sync_to_async(stats)

@@ -104,6 +104,7 @@ class TaskAdmin(TaskPageAdmin):
         "metadata_json",
         "result_json",
         "error_json",
+        "attempt_history",
     )
     fieldsets = (
         (None, {"fields": (
@@ -117,6 +118,7 @@ class TaskAdmin(TaskPageAdmin):
         (_("Family"), {"fields": ("parent_link", "root_link", "children", "correlation_link")}),
         (_("Payload"), {"fields": ("payload_json", "metadata_json")}),
         (_("Outcome"), {"fields": ("result_json", "error_json")}),
+        (_("Attempts"), {"fields": ("attempt_history",)}),
     )
 
     class Media:

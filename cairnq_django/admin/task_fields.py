@@ -26,6 +26,7 @@ from ..models import Task, TaskKey
 from .display import decode_raw, error_block, format_time, json_block
 from .guarded import acceptable_id
 from .task_base import TaskAdminBase
+from .timeline import timeline_html
 from .views.workers import worker_link
 
 CHILDREN_SHOWN = 20
@@ -220,4 +221,16 @@ class TaskPageAdmin(TaskAdminBase):
 
     @admin.display(description=_("error"))
     def error_json(self, task: Task) -> str:
-        return error_block(self._raw(task, "error"))
+        raw = self._raw(task, "error")
+        if task.status == "succeeded" and raw is not None:
+            # The protocol keeps the last failed attempt's error on the row;
+            # it is history (the timeline below), not the task's state.
+            return format_html(
+                '- <span class="help">{}</span>',
+                _("(the task succeeded; earlier attempts' errors are under Attempts)"),
+            )
+        return error_block(raw)
+
+    @admin.display(description=_("attempts"))
+    def attempt_history(self, task: Task) -> str:
+        return timeline_html(self.using, task, self._raw(task, "error"))

@@ -46,7 +46,10 @@ def register_framework_tasks(registry: Any) -> list[str]:
             if task is None or task.module_path != value.module_path or name in names:
                 continue
             handler_class = AsyncTaskHandler if _is_coroutine(task.func) else TaskHandler
-            registry.register(name, handler_class(task), queue=task.queue_name)
+            registry.register(
+                name, handler_class(task), queue=task.queue_name, priority=task.priority,
+                max_attempts=getattr(task, "max_attempts", None),
+            )
             names.append(name)
     return names
 

@@ -21,7 +21,7 @@ from ..jsoncodec import check_text, dumps
 from ..models import TaskFlow
 from ..records import DEFAULT_LEASE_MS, Limit, TaskRecord
 from ..validators import MAX_DELAY_MS, check_integer
-from . import sql
+from . import attempts, sql
 from .django_private import is_client_binding
 from .encoding import LEASE_EXPIRED, encode_result, error_json, record
 from .executor import Executor
@@ -129,8 +129,14 @@ class LeaseOperations:
         )
 
     def recover_leases(self) -> list[TaskRecord]:
-        """Settle every task whose lease expired; run inside the claim transaction."""
-        return self.executor.records(RECOVER, {"lease_error": LEASE_EXPIRED})
+        """Settle every task whose lease expired; run inside the claim transaction.
+
+        Each recovered attempt gets its "lost" row (store/attempts.py) in the
+        same transaction: a second statement only when something was recovered.
+        """
+        recovered = self.executor.records(RECOVER, {"lease_error": LEASE_EXPIRED})
+        attempts.record_lost(self.using, recovered)
+        return recovered
 
     def claim(
         self,
@@ -259,8 +265,15 @@ class LeaseOperations:
                 notify, notify_params = drained_notify_sql(self.using, queues, *announce)
                 text, params = f"{text}; {notify}", [*params, *notify_params]
             cursor.execute(text, params)
+            # The recovery's own rows come back anyway; nearly always none.
+            recovered = [record(row) for row in cursor.fetchall()]
             cursor.nextset()
-            return [record(row) for row in cursor.fetchall()]
+            claimed = [record(row) for row in cursor.fetchall()]
+        # That query has committed: the lost attempts' rows follow in a
+        # transaction of their own (a crash in between leaves them
+        # "unrecorded" in the history, the tasks themselves settled right).
+        attempts.record_lost_after(self.using, recovered)
+        return claimed
 
     def _owned(
         self, statement: Statement, task_id: str, worker_id: str, values: dict[str, Any]
@@ -364,8 +377,14 @@ class LeaseOperations:
         error: Any,
         retryable: bool = True,
         delay_ms: int = 0,
+        *,
+        started_at_ms: int | None = None,
     ) -> TaskRecord:
-        """Requeue (retryable, attempts left), fail terminally, or cancel if requested."""
+        """Requeue (retryable, attempts left), fail terminally, or cancel if requested.
+
+        The attempt's row (store/attempts.py; `started_at_ms` is its claim's
+        stamp, when the caller has it) is written in the same transaction.
+        """
         check_integer("delay_ms", delay_ms, minimum=0)
         if isinstance(error, BaseException):
             error = error_envelope(
@@ -376,12 +395,17 @@ class LeaseOperations:
             error = error_envelope(
                 type="Error", code="handler_error", message=error, retryable=retryable
             )
-        return self._owned(
-            FAIL, task_id, worker_id,
-            {"error": error_json(error, retryable), "retryable": bool(retryable), "delay_ms": delay_ms},
-        )
+        with self.executor.atomic():
+            task = self._owned(
+                FAIL, task_id, worker_id,
+                {"error": error_json(error, retryable), "retryable": bool(retryable), "delay_ms": delay_ms},
+            )
+            attempts.record_fail(self.using, task, worker_id, started_at_ms)
+        return task
 
-    def snooze(self, task_id: str, worker_id: str, delay_ms: int) -> TaskRecord:
+    def snooze(
+        self, task_id: str, worker_id: str, delay_ms: int, *, started_at_ms: int | None = None
+    ) -> TaskRecord:
         """Requeue a run due in delay_ms, giving its attempt back; canceled if a cancel is pending.
 
         Ownership-checked as complete and fail are. No error is written. The
@@ -399,4 +423,5 @@ class LeaseOperations:
                 flow = TaskFlow.objects.using(self.executor.using)
                 if not flow.filter(task_id=task_id).update(snoozes=F("snoozes") + 1):
                     flow.create(task_id=task_id, snoozes=1)
+            attempts.record_snooze(self.using, task, worker_id, started_at_ms)
         return task

@@ -35,9 +35,9 @@ from django.db.models import QuerySet
 
 from ..models import FlowStart
 from ..records import Limit, TaskRecord
-from . import sql
+from . import attempts, sql
 from .django_private import is_client_binding, select_sql
-from .encoding import LEASE_EXPIRED
+from .encoding import LEASE_EXPIRED, record
 from .executor import Executor
 from .limit_counts import Counts, add_rows, count_queries, read_counts, scope_value
 from .protocol_statements import CLAIM_IDS, RECOVER, paused_queues_of, tasks_of
@@ -314,12 +314,15 @@ class LimitedClaims:
             # PostgreSQL binds positionally (Dialect.binds_by_name), so the lists join.
             cursor.execute("; ".join(text for text, _ in parts), [p for _, params in parts for p in params])
             counts = Counts(int(cursor.fetchone()[0]))
-            cursor.nextset()  # the recovery's rows: nothing here needs them
+            cursor.nextset()
+            recovered = [record(row) for row in cursor.fetchall()]
             for index, _ in queries:
                 cursor.nextset()
                 add_rows(counts, limits, index, cursor.fetchall())
             cursor.nextset()
             rows = [tuple(row) for row in cursor.fetchall()]
+        # Still inside the claim's transaction: the lost attempts commit with their recovery.
+        attempts.record_lost(self.using, recovered)
         return counts, rows
 
     def _candidate_query(self, queues: Sequence[str], pick: _Pick, window: int) -> QuerySet[Any, Any]:

@@ -29,7 +29,7 @@ from django.db import close_old_connections, connections, transaction
 from django.db.utils import InterfaceError, OperationalError
 from django.utils import timezone
 
-from .. import signals, validators
+from .. import declared, signals, validators
 from ..delays import snooze_delay_ms
 from ..errors import LostLease, SerializationError
 from ..flow.backpressure import wait_for_headroom
@@ -347,7 +347,8 @@ class TaskContext:
         delay = self.retry_delay_ms() if retryable else 0
         row = self._owned_settle(
             lambda: self._store.fail(
-                self.task_id, self._worker_id, envelope, retryable=retryable, delay_ms=delay
+                self.task_id, self._worker_id, envelope, retryable=retryable, delay_ms=delay,
+                started_at_ms=self._task.updated_at_ms,  # the claim's stamp: the attempt's start
             )
         )
         self.failure = (envelope, retryable, delay)
@@ -372,7 +373,9 @@ class TaskContext:
 
     def _snooze_owned(self, delay_ms: int) -> TaskRecord:
         row = self._owned_settle(
-            lambda: self._store.snooze(self.task_id, self._worker_id, delay_ms)
+            lambda: self._store.snooze(
+                self.task_id, self._worker_id, delay_ms, started_at_ms=self._task.updated_at_ms
+            )
         )
         self.snoozed_ms = delay_ms
         self._settle(row)
@@ -468,7 +471,8 @@ class TaskContext:
             delay = self.retry_delay_ms() if delay_ms is None else delay_ms
             row = self._once_more(
                 lambda: self._store.fail(
-                    self.task_id, self._worker_id, envelope, retryable=True, delay_ms=delay
+                    self.task_id, self._worker_id, envelope, retryable=True, delay_ms=delay,
+                    started_at_ms=self._task.updated_at_ms,
                 )
             )
             self.failure = (envelope, True, delay)
@@ -537,7 +541,14 @@ class TaskContext:
         """
         self._require_lease()
         options.setdefault("correlation_id", self.correlation_id)
-        options.setdefault("queue", "default")
+        # Options not given take what the child's handler declares (declared.py).
+        resolved = declared.row_options(
+            name, queue=options.get("queue"), max_attempts=options.get("max_attempts"),
+            priority=options.get("priority"),
+        )
+        options.update(
+            queue=resolved.queue, max_attempts=resolved.max_attempts, priority=resolved.priority
+        )
         if "delay" in options or "run_at" in options:
             options["delay_ms"] = validators.delay_ms(
                 options.pop("delay", None), options.pop("run_at", None), timezone.now()

@@ -15,6 +15,9 @@ from typing import TYPE_CHECKING, Any
 
 from django.utils.module_loading import autodiscover_modules
 
+from .. import declared
+from ..validators import check_int32
+
 if TYPE_CHECKING:
     from ..client import PendingTask
     from ..records import TaskRecord
@@ -33,6 +36,7 @@ class Registration:
     concurrency: int | None = None
     max_attempts: int | None = None
     queue: str | None = None
+    priority: int | None = None
 
     @property
     def draws_alone(self) -> bool:
@@ -45,6 +49,9 @@ class Registry:
     """A name -> Registration map; the process-wide one is `registry`."""
 
     handlers: dict[str, Registration] = field(default_factory=dict)
+    # Only the process-wide registry's handlers declare what an enqueue by
+    # name takes (declared.py); a private one (a test's, a worker's own) does not.
+    declares: bool = False
 
     def register(
         self,
@@ -55,6 +62,7 @@ class Registry:
         concurrency: int | None = None,
         max_attempts: int | None = None,
         queue: str | None = None,
+        priority: int | None = None,
     ) -> Registration:
         """Register `fn` as the handler of task `name` and return its registration."""
         if not isinstance(name, str) or not name:
@@ -70,6 +78,8 @@ class Registry:
                 raise ValueError(f"{option} for task {name!r} must be an integer >= 1, got {value!r}.")
         if queue is not None and (not isinstance(queue, str) or not queue):
             raise ValueError(f"queue for task {name!r} must be a non-empty string, got {queue!r}.")
+        if priority is not None:
+            check_int32(f"priority for task {name!r}", priority)
         existing = self.handlers.get(name)
         if existing is not None and _identity(existing.fn) != _identity(fn):
             raise ValueError(
@@ -78,14 +88,18 @@ class Registry:
             )
         registration = Registration(
             name=name, fn=fn, is_async=_is_async(fn), batch=batch,
-            concurrency=concurrency, max_attempts=max_attempts, queue=queue,
+            concurrency=concurrency, max_attempts=max_attempts, queue=queue, priority=priority,
         )
         self.handlers[name] = registration
+        if self.declares:
+            declared.declare(name, queue=queue, max_attempts=max_attempts, priority=priority)
         return registration
 
     def unregister(self, name: str) -> None:
         """Forget a task name (tests use this to keep the registry clean)."""
         self.handlers.pop(name, None)
+        if self.declares:
+            declared.forget(name)
 
     def get(self, name: str) -> Registration | None:
         return self.handlers.get(name)
@@ -100,7 +114,7 @@ class Registry:
         return len(self.handlers)
 
 
-registry = Registry()
+registry = Registry(declares=True)
 
 
 def _identity(fn: Handler) -> str:
@@ -126,10 +140,12 @@ def register(
     concurrency: int | None = None,
     max_attempts: int | None = None,
     queue: str | None = None,
+    priority: int | None = None,
 ) -> Registration:
     """Register `fn` as the handler for task `name` in the process-wide registry."""
     return registry.register(
-        name, fn, batch=batch, concurrency=concurrency, max_attempts=max_attempts, queue=queue
+        name, fn, batch=batch, concurrency=concurrency, max_attempts=max_attempts, queue=queue,
+        priority=priority,
     )
 
 
@@ -140,12 +156,14 @@ def task(
     concurrency: int | None = None,
     max_attempts: int | None = None,
     queue: str | None = None,
+    priority: int | None = None,
 ) -> Any:
     """Register a handler: `@task` (named after the function) or `@task("app.name", ...)`.
 
     The decorated function is returned unchanged apart from `enqueue()` and
-    `aenqueue()` helpers that submit it by name with the registered queue and
-    max_attempts as defaults.
+    `aenqueue()` helpers that submit it by name. Its queue, max_attempts and
+    priority hold for every enqueue by name in a process that registered it
+    (declared.py); an enqueue's own arguments win.
     """
 
     def decorate(fn: Handler) -> Handler:
@@ -154,7 +172,7 @@ def task(
             raise ValueError(f"Cannot derive a task name from {fn!r}; pass one explicitly.")
         registration = register(
             task_name, fn, batch=batch, concurrency=concurrency,
-            max_attempts=max_attempts, queue=queue,
+            max_attempts=max_attempts, queue=queue, priority=priority,
         )
         _attach_enqueue(fn, registration)
         return fn

@@ -480,7 +480,9 @@ class Worker:
 
     def _fail_unrun(self, task: TaskRecord, envelope: dict[str, Any]) -> None:
         with self._write_gate:
-            self.store.fail(task.id, self.worker_id, envelope, retryable=False)
+            self.store.fail(
+                task.id, self.worker_id, envelope, retryable=False, started_at_ms=task.updated_at_ms
+            )
 
     def _calls(self, rows: list[TaskRecord]) -> list[Call]:
         max_run_ms = self.options.max_run_ms
