@@ -35,6 +35,7 @@ from ..records import Limit, TaskRecord
 from ..store import get_store
 from ..tables import check_tables
 from ..wakeup import Wakeup, get_wakeup
+from ..workflows import STEP_KEY
 from .connections import WorkerConnectionPolicy
 from .context import TaskContext
 from .envelopes import shutdown_envelope, timeout_envelope
@@ -59,6 +60,7 @@ from .pools import EventLoopThread, HandlerThreads
 from .registry import Registry, autodiscover
 from .registry import registry as default_registry
 from .settler import Settler
+from .step_context import StepContext
 
 if TYPE_CHECKING:
     from ..observability.presence import Presence
@@ -467,7 +469,9 @@ class Worker:
         ]
 
     def _context(self, task: TaskRecord) -> TaskContext:
-        return TaskContext(
+        # One dict lookup: a plain task keeps the plain context and the group commit.
+        kind = StepContext if STEP_KEY in task.metadata else TaskContext
+        return kind(
             store=self.store, task=task, worker_id=self.worker_id,
             lease_ms=self.options.lease_ms,
             retry_backoff_base_ms=self.options.retry_backoff_base_ms,
