@@ -9,11 +9,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from asgiref.sync import sync_to_async
+from django.db.models import Count
 
 from ..errors import CairnQError
 from ..models import Task
 from ..store import get_store
-from .models import Workflow, WorkflowEdge, WorkflowStep
+from .models import WORKFLOW_STATES, Workflow, WorkflowEdge, WorkflowStep
 
 TERMINAL = frozenset({"succeeded", "failed", "canceled"})
 
@@ -115,6 +116,16 @@ def _step_state(step: WorkflowStep, task: Mapping[str, Any] | None) -> StepState
         when=step.when, state=state, task_id=step.task_id,
         result=task["result"] if task else None, error=task["error"] if task else None,
     )
+
+
+def count_by_state(*, using: str | None = None) -> dict[str, int]:
+    """How many workflows are in each state, every state present (cairnq_status, the dashboard)."""
+    alias = get_store(using).using
+    counts = dict.fromkeys(WORKFLOW_STATES, 0)
+    rows = Workflow.objects.using(alias).order_by().values_list("state").annotate(n=Count("*"))
+    for state, n in rows:
+        counts[state] = int(n)
+    return counts
 
 
 def get_workflow(workflow_id: str, *, using: str | None = None) -> WorkflowRun:
