@@ -51,7 +51,7 @@ class StepContext(TaskContext):
     def parents(self) -> Parents:
         """The parents' results by step name (a map()'s as a list), read on first use."""
         if self._parents is None:
-            step_id = int(self.metadata[STEP_KEY]["step"])
+            step_id = str(self.metadata[STEP_KEY]["step"])
             self._parents = parent_results(step_id, using=self.settling.using)
         return self._parents
 

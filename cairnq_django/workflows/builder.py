@@ -33,7 +33,7 @@ from ..validators import MAX_KEY_LENGTH, MAX_NAME_LENGTH, check_label
 from . import STEP_KEY
 from .models import WHEN_CHOICES, WorkflowEdge, WorkflowStep
 from .models import Workflow as WorkflowRow
-from .release import CONCURRENCY_PREFIX, release
+from .release import CONCURRENCY_PREFIX
 
 # The most steps one enqueue() writes: a graph this size is written in one
 # transaction, and a larger one is more likely a mistake than a plan.
@@ -207,25 +207,28 @@ class Workflow:
                       using=using, by=f"workflow {workflow_id}")
         rows = [
             WorkflowStep(
-                workflow_id=workflow_id, name=s.name, group=s.group, index=s.index, task_name=s.task,
-                payload={} if s.payload is None else s.payload, options=self._options(workflow_id, s),
-                when=s.when, pending=len(parents[s.name]),
+                id="wfs_" + ulid(), position=position, workflow_id=workflow_id, name=s.name,
+                group=s.group, index=s.index,
+                task_name=s.task, payload={} if s.payload is None else s.payload,
+                options=self._options(workflow_id, s), when=s.when, pending=len(parents[s.name]),
             )
-            for s in steps
+            for position, s in enumerate(steps)
         ]
+        # The first steps go in released, their task rows beside them: no second write per step.
+        specs = []
+        for row in rows:
+            if row.pending == 0:
+                spec, _ = task_spec(store, row)
+                row.task_id, row.state = spec["id"], "released"
+                specs.append(spec)
         WorkflowStep.objects.using(using).bulk_create(rows, batch_size=1000)
         by_name = {row.name: row for row in rows}
-        if any(row.pk is None for row in rows):  # a database that returns no ids from bulk inserts
-            ids = dict(WorkflowStep.objects.using(using).filter(workflow_id=workflow_id)
-                       .values_list("name", "pk"))
-            for row in rows:
-                row.pk = ids[row.name]
         edges = [
             WorkflowEdge(workflow_id=workflow_id, parent_id=by_name[parent].pk, child_id=by_name[child].pk)
             for child, names in parents.items() for parent in names
         ]
         WorkflowEdge.objects.using(using).bulk_create(edges, batch_size=1000)
-        release(store, [row for row in rows if row.pending == 0])
+        store.submit_many(specs)
         return workflow_id
 
     def _options(self, workflow_id: str, step: _Planned) -> dict[str, Any]:

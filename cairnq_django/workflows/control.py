@@ -66,8 +66,8 @@ def retry_workflow(workflow_id: str, *, mode: str = "failed_only", using: str | 
                 f"Workflow {workflow_id} is still running; wait for it or cancel it before a retry."
             )
         steps = {s.pk: s for s in WorkflowStep.objects.using(alias).filter(workflow_id=workflow_id)}
-        children: dict[int, list[int]] = defaultdict(list)
-        parents: dict[int, list[int]] = defaultdict(list)
+        children: dict[str, list[str]] = defaultdict(list)
+        parents: dict[str, list[str]] = defaultdict(list)
         for parent, child in WorkflowEdge.objects.using(alias).filter(
             workflow_id=workflow_id
         ).values_list("parent_id", "child_id"):

@@ -14,6 +14,7 @@ from typing import Any
 
 from django.db.models import F
 
+from ..ids import ulid
 from ..jsoncodec import dumps
 from ..store import Store
 from ..validators import MAX_NAME_LENGTH, check_label
@@ -43,20 +44,19 @@ def write_grafts(store: Store, step: WorkflowStep, grafts: Sequence[dict[str, An
     """Insert the grafts as children of `step` and raise their blocked steps' counts."""
     using = store.using
     steps = WorkflowStep.objects.using(using)
+    runs = Workflow.objects.using(using)
+    after = runs.values_list("steps_total", flat=True).get(pk=step.workflow_id)
     rows = [
         WorkflowStep(
-            workflow_id=step.workflow_id, name=g["name"], group=g["name"], task_name=g["task"],
+            id="wfs_" + ulid(), position=after + offset, workflow_id=step.workflow_id,
+            name=g["name"], group=g["name"],
+            task_name=g["task"],
             payload={} if g["payload"] is None else g["payload"], options=g["options"], pending=1,
         )
-        for g in grafts
+        for offset, g in enumerate(grafts)
     ]
     steps.bulk_create(rows)
     by_name = {row.name: row for row in rows}
-    if any(row.pk is None for row in rows):
-        named = steps.filter(workflow_id=step.workflow_id, name__in=list(by_name))
-        ids = dict(named.values_list("name", "pk"))
-        for row in rows:
-            row.pk = ids[row.name]
     edges = [WorkflowEdge(workflow_id=step.workflow_id, parent_id=step.pk, child_id=row.pk) for row in rows]
     blocked_names = sorted({name for g in grafts for name in g["blocks"]})
     blocked = steps.select_for_update().filter(

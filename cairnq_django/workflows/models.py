@@ -53,7 +53,12 @@ class Workflow(models.Model):
 class WorkflowStep(models.Model):
     """One step: its task's name, payload and options until it is released as a task row."""
 
+    # "wfs_" + a ULID, made before the insert: a step's task row (its metadata
+    # names the step) can then be written in the same statement batch as the step.
+    id = models.TextField(primary_key=True)
     workflow = models.ForeignKey(Workflow, on_delete=models.CASCADE, related_name="steps")
+    # The order steps were added in (ids are random within a millisecond).
+    position = models.IntegerField(default=0)
     # Unique in the workflow: the add() name, or "name[i]" for the i-th step of a map().
     name = models.TextField()
     # The add()/map() name that ctx.parents[...] groups by, and the step's place in a map.
@@ -73,7 +78,7 @@ class WorkflowStep(models.Model):
 
     class Meta:
         db_table = "cairnq_django_workflow_step"
-        ordering = ["workflow", "id"]
+        ordering = ["workflow", "position", "id"]
         constraints = [
             models.UniqueConstraint(fields=["workflow", "name"], name="cairnq_wf_step_name_uniq"),
         ]

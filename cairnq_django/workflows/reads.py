@@ -74,7 +74,9 @@ class WorkflowRun:
     def load(cls, workflow_id: str, *, using: str | None = None) -> WorkflowRun:
         alias = get_store(using).using
         run = Workflow.objects.using(alias).get(pk=workflow_id)
-        steps = list(WorkflowStep.objects.using(alias).filter(workflow_id=workflow_id).order_by("pk"))
+        steps = list(
+            WorkflowStep.objects.using(alias).filter(workflow_id=workflow_id).order_by("position", "pk")
+        )
         task_ids = [s.task_id for s in steps if s.task_id]
         tasks = {
             row["id"]: row
@@ -199,7 +201,7 @@ class Parents(Mapping[str, Any]):
         return f"<Parents {sorted(self._values)}>"
 
 
-def parent_results(step_id: int, *, using: str) -> Parents:
+def parent_results(step_id: str, *, using: str) -> Parents:
     """The results of a step's parents, read once when the handler first asks."""
     step = WorkflowStep.objects.using(using).only("when").get(pk=step_id)
     parent_ids = WorkflowEdge.objects.using(using).filter(child_id=step_id).values_list("parent_id")

@@ -68,13 +68,13 @@ def finish(store: Store, workflow_id: str, ended: Iterable[tuple[WorkflowStep, s
     closed = unsuccessful = 0
     due: list[WorkflowStep] = []
     while frontier:
-        outcome: dict[int, str] = {}
+        outcome: dict[str, str] = {}
         for step, status in frontier:
             steps.filter(pk=step.pk).update(state=status)
             outcome[step.pk] = status
             closed += 1
             unsuccessful += status != "succeeded"
-        parents_of: dict[int, list[int]] = defaultdict(list)
+        parents_of: dict[str, list[str]] = defaultdict(list)
         edges = WorkflowEdge.objects.using(using).filter(parent_id__in=list(outcome))
         for parent_id, child_id in edges.values_list("parent_id", "child_id"):
             parents_of[child_id].append(parent_id)
@@ -112,7 +112,7 @@ def release(store: Store, due: Sequence[WorkflowStep]) -> None:
     tasks = store.submit_many(specs, keys=keys)
     steps = WorkflowStep.objects.using(store.using)
     for step, task in zip(due, tasks, strict=True):
-        step.task_id, step.state = task.id, "released"
+        step.task_id, step.state, step.pending = task.id, "released", 0
         steps.filter(pk=step.pk).update(task_id=task.id, state="released", pending=0)
 
 
