@@ -106,3 +106,59 @@ def test_bad_options_and_an_empty_workflow_are_refused():
 def test_get_workflow_of_an_unknown_id_raises_does_not_exist():
     with pytest.raises(WorkflowRow.DoesNotExist):
         get_workflow("wf_nope")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_chain_group_and_chord_build_the_celery_shapes():
+    from cairnq_django import chain, chord, group, sig
+
+    run = chain(sig("tests.wf.step", {"value": 1}), "tests.wf.step", "tests.wf.step").enqueue()
+    assert [(s.name, s.state) for s in run.steps] == [
+        ("step0", "queued"), ("step1", "waiting"), ("step2", "waiting"),
+    ]
+    run = group([sig("tests.wf.step", {"value": i}) for i in range(3)], key="g").enqueue()
+    assert [s.state for s in run.steps] == ["queued"] * 3 and run.key == "g"
+    members = [sig("tests.wf.step", {"value": i}, priority=5) for i in range(3)]
+    run = chord(members, "tests.wf.collect").enqueue()
+    assert [s.name for s in run.steps] == ["member0", "member1", "member2", "callback"]
+    assert WorkflowStep.objects.get(workflow_id=run.id, name="callback").pending == 3
+    assert {t.priority for t in list_tasks(correlation_id=run.id)} == {5}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrency_caps_the_steps_through_a_flow_limit_removed_at_the_end(store):
+    from cairnq_django import effective_limits
+    from cairnq_django.workflows.control import cancel_workflow
+
+    wf = Workflow("capped", concurrency=2)
+    wf.map("m", "tests.wf.step", [{}] * 3)
+    run = wf.enqueue()
+    key = f"cairnq.workflow:{run.id}"
+    assert [(x.scope, x.value, x.concurrency) for x in effective_limits()] == [("key_prefix", key, 2)]
+    assert {t.id for t in list_tasks(correlation_id=run.id)} == {s.task_id for s in run.steps}
+    claimed = store.claim_limited(limits=effective_limits(), queues=["default"], worker_id="w", limit=3)
+    assert len(claimed.tasks) == 2  # the third waits for a slot
+    cancel_workflow(run.id)
+    for task in claimed.tasks:
+        store.fail(task.id, "w", "stop", retryable=False)
+    from cairnq_django.workflows.control import release_finished_steps
+
+    release_finished_steps()
+    assert get_workflow(run.id).state == "canceled"
+    assert effective_limits() == []
+
+
+@pytest.mark.django_db(transaction=True)
+def test_wait_workflow_times_out_with_the_state_and_has_an_async_twin():
+    from asgiref.sync import async_to_sync
+
+    from cairnq_django import WorkflowTimeout, await_workflow, wait_workflow
+
+    wf = Workflow("slow")
+    wf.add("a", "tests.wf.step")
+    run = wf.enqueue()
+    with pytest.raises(WorkflowTimeout, match=f"Workflow {run.id} is still running after 0.2 s."):
+        wait_workflow(run.id, timeout=0.2)
+    with pytest.raises(WorkflowTimeout):
+        # Under async_to_sync its database reads run on this thread, on the test's connection.
+        async_to_sync(await_workflow)(run.id, timeout=0.2)
