@@ -470,7 +470,8 @@ class Worker:
 
     def _context(self, task: TaskRecord) -> TaskContext:
         # One dict lookup: a plain task keeps the plain context and the group commit.
-        kind = StepContext if STEP_KEY in task.metadata else TaskContext
+        metadata = task.metadata
+        kind = StepContext if type(metadata) is dict and STEP_KEY in metadata else TaskContext
         return kind(
             store=self.store, task=task, worker_id=self.worker_id,
             lease_ms=self.options.lease_ms,
