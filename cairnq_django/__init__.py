@@ -47,7 +47,9 @@ if TYPE_CHECKING:
         wait,
         wait_by_key,
     )
-    from .client import list_tasks as list  # noqa: A004
+
+    # For type checkers only (kept out of __all__: it would shadow the builtin on import *).
+    from .client import list_tasks as list  # noqa: A004, F401
     from .flow.limits import Limit, LimitUsage, clear_limit, effective_limits, limit_usage, set_limit
     from .flow.pausing import pause_queue, paused_queues, resume_queue
     from .worker import TaskContext, register, task
@@ -98,10 +100,11 @@ def __getattr__(name: str) -> Any:
         from .flow import limits
 
         return getattr(limits, name)
-    if name in __all__:
+    if name in __all__ or name == "list":
         from . import client
 
-        # `list` mirrors the protocol's operation name; list_tasks avoids shadowing the builtin.
+        # `list` mirrors the protocol's operation name. It stays out of
+        # __all__ so `from cairnq_django import *` does not shadow the builtin.
         return getattr(client, "list_tasks" if name == "list" else name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
@@ -158,7 +161,6 @@ __all__ = [
     "get_workflow",
     "group",
     "limit_usage",
-    "list",
     "list_tasks",
     "pause_queue",
     "paused_queues",

@@ -14,7 +14,7 @@ from django.db import DEFAULT_DB_ALIAS
 from django.utils.module_loading import import_string
 
 from .conf import DEFAULTS, DURATION_KEYS, cairnq_settings, to_ms
-from .records import limit_from_setting
+from .flow.limit_parsing import limit_from_setting
 from .retention import retention_config_errors
 from .schedules.config import SETTING, Schedule, read_schedule
 from .validators import is_integer
@@ -295,11 +295,12 @@ def database_errors(alias: str) -> list[CheckMessage]:
             )
         )
     options = config.get("OPTIONS", {})
-    if str(options.get("transaction_mode", "")).upper() != "IMMEDIATE":
+    # EXCLUSIVE takes the write lock at BEGIN too (under WAL it is IMMEDIATE: readers go on).
+    if str(options.get("transaction_mode", "")).upper() not in ("IMMEDIATE", "EXCLUSIVE"):
         errors.append(
             Error(
                 f"SQLite database {alias!r} must open write transactions with "
-                "BEGIN IMMEDIATE, or concurrent workers see 'database is locked'.",
+                "BEGIN IMMEDIATE (or EXCLUSIVE), or concurrent workers see 'database is locked'.",
                 hint=f"Set DATABASES[{alias!r}]['OPTIONS']['transaction_mode'] = 'IMMEDIATE'.",
                 id="cairnq.E012",
             )

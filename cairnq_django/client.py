@@ -13,14 +13,15 @@ from django.db import DEFAULT_DB_ALIAS, transaction
 from django.utils import timezone
 
 from . import signals, validators, waiting
-from .backpressure import wait_for_headroom
 from .conf import cairnq_settings, to_ms
+from .flow.backpressure import wait_for_headroom
 from .records import (
     DEFAULT_CONFLICT,
     DEFAULT_MAX_ATTEMPTS,
     DEFAULT_PRIORITY,
     DEFAULT_QUEUE,
     TaskRecord,
+    TaskSpec,
 )
 from .store import Store, get_store
 
@@ -122,7 +123,7 @@ def enqueue(
 
 def _write(
     store: Store,
-    spec: dict[str, Any],
+    spec: TaskSpec,
     key: str | None,
     conflict: str,
     pending: PendingTask | None = None,
@@ -151,7 +152,7 @@ def enqueue_many(
     any of enqueue()'s keyword options.
     """
     store = get_store(using)
-    specs: list[dict[str, Any]] = []
+    specs: list[TaskSpec] = []
     keys: list[tuple[str | None, str]] = []
     announced: list[tuple[int, Any]] = []
     plain_key = (None, DEFAULT_CONFLICT)

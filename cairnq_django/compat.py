@@ -1,4 +1,4 @@
-"""Django's Tasks framework from wherever this Django has it.
+"""Django's Tasks framework from wherever this Django has it, and the admin's markup.
 
 Django 6.0+ ships it as `django.tasks`; on Django 5.2 the `django-tasks`
 backport provides the same API as `django_tasks` (install
@@ -12,6 +12,8 @@ absent, and importing `cairnq_django.backends` raises ImportError.
 from __future__ import annotations
 
 from dataclasses import fields
+
+import django
 
 SOURCE: str | None  # which module provides the framework, None when neither does
 
@@ -73,7 +75,13 @@ AVAILABLE = SOURCE is not None
 # `_`-prefixed keys reserved for backends); the backend fills it where it exists.
 HAS_METADATA = AVAILABLE and "metadata" in {f.name for f in fields(TaskResult)}
 
+# Django 6.1's admin marks breadcrumbs up as <ol class="breadcrumbs"><li>...</li></ol> and
+# styles only that; 5.2 and 6.0 use <div class="breadcrumbs"> with &rsaquo; between links.
+# The admin's own pages render theirs through the cq_breadcrumbs tag, which reads this.
+ADMIN_BREADCRUMBS_AS_LIST = django.VERSION >= (6, 1)
+
 __all__ = [
+    "ADMIN_BREADCRUMBS_AS_LIST",
     "AVAILABLE",
     "BaseTaskBackend",
     "DEFAULT_TASK_QUEUE_NAME",

@@ -12,7 +12,7 @@ from typing import Any
 
 from django.conf import settings as django_settings
 
-from .records import DEFAULT_LEASE_MS, DEFAULT_QUEUE, Limit, limit_from_setting
+from .records import DEFAULT_LEASE_MS, DEFAULT_QUEUE
 
 DEFAULTS: dict[str, Any] = {
     # Alias of the database holding the CairnQ tables.
@@ -108,6 +108,9 @@ def to_ms(value: Any) -> int | None:
 class CairnQSettings:
     """Attribute access to settings.CAIRNQ merged over DEFAULTS."""
 
+    # The one setting read everywhere, typed for the readers (__getattr__ serves it).
+    DATABASE: str
+
     def user_settings(self) -> dict[str, Any]:
         return getattr(django_settings, "CAIRNQ", None) or {}
 
@@ -125,21 +128,10 @@ class CairnQSettings:
         return value
 
     def max_queue_depth(self, queue: str) -> int | None:
-        limit = self.raw("MAX_QUEUE_DEPTH")
+        limit: int | dict[str, int] | None = self.raw("MAX_QUEUE_DEPTH")
         if isinstance(limit, dict):
             return limit.get(queue, limit.get("*"))
         return limit
-
-    def limits(self) -> list[Limit]:
-        """CAIRNQ["LIMITS"] as Limits (source "settings"); ValueError for an invalid entry.
-
-        The system checks (checks.py) report invalid entries at start-up with
-        their position; this raises on the first one.
-        """
-        entries = self.raw("LIMITS") or []
-        if not isinstance(entries, (list, tuple)):
-            raise ValueError(f'CAIRNQ["LIMITS"] must be a list of dicts, got {entries!r}.')
-        return [limit_from_setting(entry) for entry in entries]
 
 
 cairnq_settings = CairnQSettings()

@@ -56,8 +56,11 @@ def dumps(value: Any, *, what: str = "value") -> str:
         text = _encoder.encode(value)
     except (TypeError, ValueError, RecursionError) as exc:
         problem = describe_unencodable(value, subscripts(what), JSON_ONLY.format(what="It"))
+        # json's own words first ("Object of type datetime is not JSON serializable"), as
+        # code matching on them expects; then which part it is and what to store instead.
         raise SerializationError(
-            f"The task {what} is not JSON-serializable: {problem or f'{exc}.'}"
+            f"{exc}. The task {what} is not JSON-serializable: {problem}" if problem
+            else f"The task {what} is not JSON-serializable: {exc}."
         ) from exc
     # The encoder escapes every non-ASCII and control character, so a NUL or a
     # surrogate can only be in a value whose text holds an escape.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 from . import jsoncodec
 
@@ -57,6 +57,24 @@ COLUMNS = (
     "updated_at_ms",
     "completed_at_ms",
 )
+
+
+class TaskSpec(TypedDict):
+    """One task validated and encoded for its INSERT (the store's `prepare`), not written yet."""
+
+    id: str
+    name: str
+    queue: str
+    payload: str  # JSON text, encoded once by jsoncodec
+    metadata: str  # JSON text
+    max_attempts: int
+    priority: int
+    delay_ms: int  # run_at_ms is the insert's clock plus this
+    parent_id: str | None
+    root_id: str
+    correlation_id: str | None
+    # Not a protocol column: models.TaskFlow's, written with the task.
+    concurrency_key: str | None
 
 
 def is_terminal(status: str) -> bool:
@@ -176,17 +194,11 @@ class TaskStatus:
         return is_terminal(self.status)
 
 
-# Flow limits (flow/limits.py): what a limit applies to. A "key_prefix" limit
-# applies to each distinct concurrency key starting with its value, apart.
-LIMIT_SCOPES = ("queue", "name", "key_prefix")
-# A rate limit's period when none is given: one second.
-DEFAULT_RATE_PER_MS = 1000
 # A flow limit's value and a concurrency key are index entries and names a
 # person reads; the same bound as a queue's or a task name's.
 MAX_LIMIT_VALUE_LENGTH = 255
-# The 32-bit integer columns of the limits table.
-_LIMIT_INT_MAX = 2**31 - 1
-_PER_MAX_MS = 2**52
+# What room() says of a lifted limit: more than any column could count.
+_NO_BOUND = 2**31 - 1
 
 
 @dataclass(frozen=True)
@@ -220,6 +232,19 @@ class Limit:
             return name == self.value
         return concurrency_key is not None and concurrency_key.startswith(self.value)
 
+    def room(self, running: int, starts: int) -> int:
+        """How many more may start now, with `running` holding slots and `starts` in the window.
+
+        Zero or less: full (negative: over, after the limit was lowered). The
+        limited claim and the usage report both judge fullness by this.
+        """
+        room = []
+        if self.concurrency is not None:
+            room.append(self.concurrency - running)
+        if self.rate is not None:
+            room.append(self.rate - starts)
+        return min(room, default=_NO_BOUND)
+
     def describe(self) -> str:
         """"name 'reports.generate': 3 running, 20 per 1000 ms" (logs, messages)."""
         what = "key prefix" if self.scope == "key_prefix" else self.scope
@@ -229,80 +254,3 @@ class Limit:
         if self.rate is not None:
             parts.append(f"{self.rate} per {self.per_ms} ms")
         return f"{what} {self.value!r}: {', '.join(parts) or 'no limit'}"
-
-
-def _positive(argument: str, value: Any, maximum: int) -> int | None:
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= maximum:
-        raise ValueError(f"{argument} must be a positive integer (at most {maximum}), got {value!r}.")
-    return value
-
-
-def per_to_ms(per: Any) -> int:
-    """A rate limit's period: a timedelta or a number of milliseconds; ValueError otherwise."""
-    from datetime import timedelta
-
-    if isinstance(per, timedelta):
-        ms = per // timedelta(milliseconds=1)
-        if per <= timedelta(0) or ms < 1:
-            raise ValueError(f"per must be at least 1 ms, got {per!r}.")
-        return _positive("per", ms, _PER_MAX_MS) or 0
-    if isinstance(per, bool) or not isinstance(per, int):
-        raise ValueError(f"per must be a timedelta or an integer number of milliseconds, got {per!r}.")
-    return _positive("per (ms)", per, _PER_MAX_MS) or 0
-
-
-def make_limit(
-    scope: Any, value: Any, *, concurrency: Any = None, rate: Any = None, per: Any = None,
-    source: str = "runtime", allow_lifted: bool = True,
-) -> Limit:
-    """A validated Limit; ValueError naming what is wrong.
-
-    `per` (a timedelta or ms) only goes with a `rate`; without one, a rate
-    counts starts per second.
-    """
-    if scope not in LIMIT_SCOPES:
-        raise ValueError(f"A limit's scope must be one of {', '.join(LIMIT_SCOPES)}; got {scope!r}.")
-    if not isinstance(value, str) or not value:
-        raise ValueError(f"A {scope} limit needs a non-empty string value, got {value!r}.")
-    if len(value) > MAX_LIMIT_VALUE_LENGTH:
-        raise ValueError(
-            f"A {scope} limit's value must be at most {MAX_LIMIT_VALUE_LENGTH} characters, "
-            f"got {len(value)}."
-        )
-    try:
-        jsoncodec.check_text(value, what=f"{scope} limit's value")
-    except ValueError as exc:
-        raise ValueError(str(exc)) from None
-    concurrency = _positive("concurrency", concurrency, _LIMIT_INT_MAX)
-    rate = _positive("rate", rate, _LIMIT_INT_MAX)
-    if per is not None and rate is None:
-        raise ValueError("per is the period of a rate limit; give a rate with it.")
-    per_ms = None if rate is None else (DEFAULT_RATE_PER_MS if per is None else per_to_ms(per))
-    if not allow_lifted and concurrency is None and rate is None:
-        raise ValueError(f"The {scope} limit on {value!r} needs a concurrency, a rate or both.")
-    return Limit(scope, value, concurrency, rate, per_ms, source)
-
-
-def limit_from_setting(entry: Any) -> Limit:
-    """One CAIRNQ["LIMITS"] entry as a Limit; ValueError saying what is wrong with it."""
-    if not isinstance(entry, dict):
-        raise ValueError(f"Each limit must be a dict, got {type(entry).__name__}: {entry!r}.")
-    scopes = [scope for scope in LIMIT_SCOPES if scope in entry]
-    if len(scopes) != 1:
-        raise ValueError(
-            f"A limit names exactly one of {', '.join(map(repr, LIMIT_SCOPES))}; {entry!r} names "
-            f"{', '.join(map(repr, scopes)) or 'none'}."
-        )
-    unknown = sorted(set(entry) - {*LIMIT_SCOPES, "concurrency", "rate", "per"}, key=str)
-    if unknown:
-        raise ValueError(
-            f"Unknown key(s) {', '.join(map(repr, unknown))} in limit {entry!r}; a limit has "
-            "queue, name or key_prefix, and concurrency, rate, per."
-        )
-    scope = scopes[0]
-    return make_limit(
-        scope, entry[scope], concurrency=entry.get("concurrency"), rate=entry.get("rate"),
-        per=entry.get("per"), source="settings", allow_lifted=False,
-    )

@@ -216,3 +216,32 @@ def ensure_protocol_rows(using: str, apps: Apps | None = None) -> None:
         [ledger(name=name, applied_at_ms=NowMs()) for name in names],
         ignore_conflicts=True,
     )
+
+
+# ------------------------------------------------------------- migration 0008
+def set_queue_table_storage(apps: Apps, schema_editor: BaseDatabaseSchemaEditor) -> None:
+    """The queue table's storage parameters for autovacuum (PostgreSQL; see dialects.py)."""
+    storage = dialect_for(schema_editor.connection).queue_table_storage
+    if storage and _owns_queue_table(schema_editor):
+        settings = ", ".join(f"{name} = {value}" for name, value in storage)
+        schema_editor.execute(f"ALTER TABLE cairnq_tasks SET ({settings})")
+
+
+def reset_queue_table_storage(apps: Apps, schema_editor: BaseDatabaseSchemaEditor) -> None:
+    storage = dialect_for(schema_editor.connection).queue_table_storage
+    if storage and _owns_queue_table(schema_editor):
+        names = ", ".join(name for name, _ in storage)
+        schema_editor.execute(f"ALTER TABLE cairnq_tasks RESET ({names})")
+
+
+def _owns_queue_table(schema_editor: BaseDatabaseSchemaEditor) -> bool:
+    """Whether this role may ALTER the queue table: a peer's role may own an adopted one.
+
+    The settings are worth having, never worth a failed migrate; without them
+    docs/database-setup.md shows the owner how to set them.
+    """
+    with schema_editor.connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_has_role(relowner, 'USAGE') FROM pg_class WHERE oid = 'cairnq_tasks'::regclass"
+        )
+        return bool(cursor.fetchone()[0])

@@ -143,7 +143,7 @@ class TaskRunner:
         self._raise_first(ran, raise_exceptions)
         if not self.allow_unhandled:
             due = (
-                self.store.tasks().filter(status="queued", run_at_ms__lte=self.store.clock_ms())
+                self.store.tasks().due(self.store.clock_ms())
                 .exclude(name__in=names).order_by("id")
             )
             unhandled = self.store.executor.fetch(due[:100])

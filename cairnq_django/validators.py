@@ -11,7 +11,7 @@ import argparse
 import math
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeGuard
 
 from .delays import MAX_DELAY_MS
 from .jsoncodec import check_text
@@ -31,7 +31,7 @@ MAX_CORRELATION_ID_LENGTH = 255
 
 
 
-def is_integer(value: Any, *, minimum: int = 1) -> bool:
+def is_integer(value: Any, *, minimum: int = 1) -> TypeGuard[int]:
     """Is value an int (never a bool) of at least `minimum`? For checks that report, not raise."""
     return isinstance(value, int) and not isinstance(value, bool) and value >= minimum
 
@@ -49,7 +49,7 @@ def check_conflict(conflict: Any) -> str:
         raise ValueError(
             f"Unknown conflict strategy {conflict!r}; use one of {', '.join(CONFLICTS)}."
         )
-    return conflict
+    return str(conflict)
 
 
 def cli_integer(minimum: int = 1, *, maximum: int | None = None) -> Callable[[str], int]:

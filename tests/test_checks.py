@@ -172,6 +172,37 @@ def test_sqlite_without_immediate_transactions_is_an_error():
     assert run_checks(databases={"default": sqlite_db(**lowercase)}) == []
 
 
+def test_sqlite_exclusive_transactions_pass_like_immediate():
+    for mode in ("EXCLUSIVE", "exclusive"):
+        exclusive = dict(GOOD_SQLITE, transaction_mode=mode)
+        assert run_checks(databases={"default": sqlite_db(**exclusive)}) == []
+
+
+def test_begin_exclusive_takes_the_write_lock_at_begin_and_lets_wal_readers_read(tmp_path):
+    """Why E012 accepts EXCLUSIVE: a second writer cannot start, a reader still can."""
+    import sqlite3
+
+    path = tmp_path / "exclusive.sqlite3"
+    setup = sqlite3.connect(path, isolation_level=None)
+    setup.execute("PRAGMA journal_mode=WAL")
+    setup.execute("CREATE TABLE t (n integer)")
+    setup.execute("INSERT INTO t VALUES (1)")
+    setup.close()
+    writer = sqlite3.connect(path, isolation_level=None)
+    other = sqlite3.connect(path, isolation_level=None, timeout=0)
+    try:
+        writer.execute("BEGIN EXCLUSIVE")
+        with pytest.raises(sqlite3.OperationalError, match="locked"):
+            other.execute("BEGIN IMMEDIATE")
+        assert other.execute("SELECT n FROM t").fetchall() == [(1,)]
+        writer.execute("ROLLBACK")
+        other.execute("BEGIN IMMEDIATE")
+        other.execute("ROLLBACK")
+    finally:
+        writer.close()
+        other.close()
+
+
 def test_sqlite_without_wal_warns():
     options = dict(GOOD_SQLITE, init_command="PRAGMA synchronous=NORMAL")
     [warning] = run_checks(databases={"default": sqlite_db(**options)})

@@ -421,3 +421,14 @@ def test_purge_refuses_a_cutoff_that_is_not_zero_or_more_naming_its_argument(db,
     with pytest.raises(ValueError, match=r"^older_than must be an integer >= 0, got "):
         cairnq_django.purge(older_than=older_than)
     assert count_tasks() == 1
+
+
+def test_list_is_importable_by_name_but_star_import_keeps_the_builtin():
+    from cairnq_django import list as listed
+    from cairnq_django.client import list_tasks
+
+    assert listed is list_tasks
+    assert "list" not in cairnq_django.__all__
+    namespace: dict = {}
+    exec("from cairnq_django import *", namespace)  # noqa: S102 - the statement under test
+    assert "list" not in namespace and "list_tasks" in namespace

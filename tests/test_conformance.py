@@ -17,24 +17,15 @@ from cairnq_django.conformance import (
     run_scenario,
     scenario_files,
 )
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
-
-
-def scenario_dir() -> Path:
-    """Return the scenario folder: CAIRNQ_CONFORMANCE_DIR, else ../shared beside the repo."""
-    configured = os.environ.get("CAIRNQ_CONFORMANCE_DIR")
-    if configured:
-        return Path(configured)
-    return REPO_ROOT.parent / "shared" / "conformance" / "scenarios"
+from tests.scenario_folder import REPO_ROOT, scenario_dir, skip_or_fail_without_scenarios
 
 
 def _scenario_params():
     try:
         files = scenario_files(scenario_dir())
     except ConformanceError as exc:
-        # One placeholder case, so a missing folder shows up as a failure
-        # rather than as zero collected (and silently passing) tests.
+        # One placeholder case, so a missing folder shows up as a skip (or, under
+        # CAIRNQ_REQUIRE_CONFORMANCE=1, a failure) rather than as zero collected tests.
         return [pytest.param(None, str(exc), id="scenario-folder-missing")]
     return [pytest.param(path, None, id=path.stem) for path in files]
 
@@ -42,12 +33,7 @@ def _scenario_params():
 @pytest.mark.parametrize(("path", "problem"), _scenario_params())
 def test_scenario(store, path, problem):
     if path is None:
-        if os.environ.get("CAIRNQ_CONFORMANCE_OPTIONAL") == "1":
-            pytest.skip(problem)
-        pytest.fail(
-            f"{problem} Point CAIRNQ_CONFORMANCE_DIR at the scenarios, or set "
-            "CAIRNQ_CONFORMANCE_OPTIONAL=1 to skip them."
-        )
+        skip_or_fail_without_scenarios()
     result = run_scenario(store, load_scenario(path))
     assert result.passed, str(result)
 
@@ -77,7 +63,7 @@ def _mutate(assertions):
 def test_scenario_with_a_wrong_last_expectation_fails(store, path, problem):
     """Every shared scenario is really checked: spoiling its last assertion fails it."""
     if path is None:
-        pytest.skip(problem)
+        skip_or_fail_without_scenarios()
     data = load_scenario(path)
     steps = data["steps"]
     index = max(
@@ -299,9 +285,7 @@ def _run_cli(env, directory, *options, settings_flag=True):
 def test_cli_runs_the_shared_scenarios_on_a_fresh_database(db, tmp_path):
     directory = scenario_dir()
     if not directory.is_dir():
-        if os.environ.get("CAIRNQ_CONFORMANCE_OPTIONAL") == "1":
-            pytest.skip(f"The conformance scenario folder {directory} does not exist.")
-        pytest.fail(f"The conformance scenario folder {directory} does not exist.")
+        skip_or_fail_without_scenarios()
     env = _cli_env(tmp_path)
     proc = _run_cli(env, directory)
     count = len(scenario_files(directory))

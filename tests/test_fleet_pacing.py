@@ -100,12 +100,12 @@ class _Counting:
         self.probes = 0
         self._lock = threading.Lock()
         self._store = store
-        self._claim, self._probe = store.claim, store.has_claimable
-        store.claim, store.has_claimable = self.claim, self.probe
+        self._claim, self._probe = store.claim, store.probe_idle
+        store.claim, store.probe_idle = self.claim, self.probe
 
     def restore(self):
         # The store is the alias's one instance: later tests must get it back unwrapped.
-        del self._store.claim, self._store.has_claimable
+        del self._store.claim, self._store.probe_idle
 
     def claim(self, **kwargs):
         with self._lock:

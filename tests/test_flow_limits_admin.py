@@ -267,3 +267,15 @@ def test_invalid_limit_settings_are_said_on_the_dashboard_not_a_500(admin_client
     page = response.content.decode()
     assert 'id="cq-limits-error"' in page and "concurrency" in page
     assert "<b>x</b>" not in page
+
+
+def test_the_forms_hints_are_examples_not_values(admin_client, store):
+    """Placeholders that read like typed values ("3", "20") made empty fields look filled."""
+    import re
+
+    html = admin_client.get(DASHBOARD).content.decode()
+    form = html[html.index('id="cq-limit-form"'):html.index("</form>", html.index('id="cq-limit-form"'))]
+    hints = re.findall(r'placeholder="([^"]*)"', form)
+    assert len(hints) == 4
+    assert all(hint.startswith("e.g. ") for hint in hints), hints
+    assert not re.search(r'<input type="(?:text|number)"[^>]*\svalue=', form)

@@ -152,3 +152,15 @@ def test_an_unreachable_database_exits_2(child_env):
     lines = proc.stderr.splitlines()
     assert len(lines) == 1
     assert lines[0].startswith("The queue's database is unreachable: ")
+
+
+def test_cairnq_status_version_prints_the_package_version(capsys):
+    from importlib import metadata
+
+    from django.core.management import ManagementUtility
+
+    with pytest.raises(SystemExit) as exited:
+        ManagementUtility(["manage.py", "cairnq_status", "--version"]).execute()
+    assert exited.value.code == 0
+    version = metadata.version("cairnq-django")
+    assert capsys.readouterr().out.strip() == f"cairnq-django {version}"

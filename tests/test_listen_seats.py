@@ -185,6 +185,20 @@ def test_without_seats_every_listener_hears_new_tasks(live_store):
 
 
 @only_postgres
+def test_only_a_seated_worker_wakes_for_a_due_time_it_read(seeking):
+    # Standbys read the next due time at their polls too; they leave it to the seat.
+    listeners = seeking(3)
+    assert [w.answers_queued(KEY) for w in listeners] == [bool(w.seats_held) for w in listeners]
+    assert sum(w.answers_queued(KEY) for w in listeners) == 1
+    unseated = PostgresWakeup(postgres_params("default"), seats=None)
+    try:
+        assert unseated.ready(30)
+        assert unseated.answers_queued(KEY)  # no seats: every worker answers
+    finally:
+        unseated.close()
+
+
+@only_postgres
 @pytest.mark.slow
 def test_worker_processes_hand_the_seat_over_when_its_holder_is_busy(live_store, child_env):
     # One seat among three workers of one slot each, polls five minutes apart:

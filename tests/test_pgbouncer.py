@@ -27,6 +27,7 @@ from cairnq_django.store import get_store
 from cairnq_django.wakeup import PostgresWakeup, probe, use_wakeup
 from cairnq_django.wakeup.postgres import listen_params, postgres_params
 from tests import test_wakeup
+from tests.scenario_folder import skip_or_fail_without_scenarios
 from tests.test_conformance import _scenario_params
 from tests.workerutil import WorkerProcess, run_burst, wait_for
 
@@ -109,7 +110,7 @@ def fresh_warnings():
 @pytest.mark.parametrize(("path", "problem"), _scenario_params())
 def test_scenario_through_pgbouncer(bouncer, path, problem):
     if path is None:
-        pytest.skip(problem)
+        skip_or_fail_without_scenarios()
     store = get_store(bouncer)
     clear_tasks(store)
     result = run_scenario(store, load_scenario(path))

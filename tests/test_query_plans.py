@@ -159,3 +159,26 @@ def test_the_overviews_finished_count_searches_the_queue_index(filled):
     if VENDOR == "sqlite":  # terminal()'s literal status list matches the partial index
         assert uses_index(text, "cairnq_tasks_queue_completed_idx"), text
     assert not full_scans(text), text
+
+
+def test_the_due_and_running_verbs_search_their_indexes(filled):
+    """due() leads the claim index; running() matches the partial lease index (literal status)."""
+    tasks, now = filled.tasks(), filled.clock_ms()
+    with recorded() as statements:
+        assert tasks.filter(queue="q2").due(now).count() > 0
+        assert tasks.running().filter(lease_until_ms__lte=now).exists()
+    due, running = (plan(sql, params) for sql, params in statements)
+    assert uses_index(due, "cairnq_tasks_claim_idx", "cairnq_tasks_claim_name_idx"), due
+    assert uses_index(running, "cairnq_tasks_lease_idx"), running
+    assert not full_scans(due) and not full_scans(running), (due, running)
+
+
+def test_the_idle_probe_reads_the_claim_name_index(filled):
+    """The idle probe's next-due time comes from the per-name claim index's range, not a scan."""
+    filled.submit("plan.b", queue="q2", delay_ms=60_000)
+    with recorded() as statements:
+        probe = filled.probe_idle(queues=["q2"], names=["plan.b"])
+    assert probe.work
+    [text] = explain_each(statements, "run_at_ms >")
+    assert uses_index(text, "cairnq_tasks_claim_name_idx"), text
+    assert not full_scans(text), text

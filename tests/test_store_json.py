@@ -50,7 +50,9 @@ def test_result_that_is_not_json_leaves_the_task_running(store, value):
 def test_serialization_error_is_a_value_error_with_a_sentence(store):
     with pytest.raises(ValueError) as info:
         store.submit("j", {"n": math.nan})
-    assert str(info.value).startswith("The task payload is not JSON-serializable")
+    # json's own words first, then ours.
+    assert str(info.value).startswith("Out of range float values are not JSON compliant")
+    assert ". The task payload is not JSON-serializable: payload['n'] is " in str(info.value)
 
 
 @pytest.mark.parametrize(

@@ -127,6 +127,7 @@ def test_a_return_value_that_is_not_json_is_a_type_error(live_store, immediate):
         )
     message = cairnq_django.get(queued_async.id).error["message"]
     assert message.startswith(
+        "Unsupported type: <class 'object'>. "
         "tests.tasksapp.tasks.async_not_json returned a value that cannot be stored as JSON: "
         "the return value['when'] is an object;"
     )

@@ -22,7 +22,6 @@ from django.utils.translation import gettext_lazy, ngettext
 
 from ..db.querysets import TaskQuerySet
 from ..models import Task
-from ..records import LIVE_STATUSES, TERMINAL_STATUSES
 from ..store import get_store
 from .task_base import TaskAdminBase
 
@@ -154,7 +153,9 @@ def purge_tasks(
     modeladmin: TaskAdminBase, request: HttpRequest, queryset: QuerySet[Task]
 ) -> TemplateResponse | None:
     """Delete the finished tasks of the selection after a confirmation page."""
-    finished = queryset.filter(status__in=TERMINAL_STATUSES)
+    # The selection is Task.objects' own TaskQuerySet (see _ids).
+    selection = cast(TaskQuerySet, queryset)
+    finished = selection.terminal()
     if request.POST.get("post") == "yes":
         rows = list(finished.values_list("id", "name"))
         deleted: set[str] = set(get_store(modeladmin.using).purge_ids([task_id for task_id, name in rows]))
@@ -173,7 +174,7 @@ def purge_tasks(
         return None
 
     purgeable = finished.count()
-    live = queryset.filter(status__in=LIVE_STATUSES).count()
+    live = selection.live().count()
     if not purgeable:
         modeladmin.message_user(
             request,

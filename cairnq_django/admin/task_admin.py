@@ -217,7 +217,11 @@ class TaskAdmin(TaskPageAdmin):
         label = attempt_label(task.attempt, task.max_attempts)
         # The change list attaches the page's snooze counts (changelist.py).
         snoozes = getattr(task, "cq_snoozes", 0)
-        return f"{label} ({snoozes} snoozed)" if snoozes else label
+        if not snoozes:
+            return label
+        # The count goes under the attempt (admin.css): on one line the column is too wide
+        # for a 1,400 px window beside Django 6.1's sidebars.
+        return format_html('{} <span class="cq-snoozes">{} snoozed</span>', label, snoozes)
 
     @admin.display(description=_("progress"))
     def progress_bar(self, task: Task) -> str:

@@ -75,7 +75,8 @@ class CairnQTask(compat.Task):
 
 def row_name(task: Any) -> str:
     """The name a task's rows carry."""
-    return getattr(task, "cairnq_name", None) or task.module_path
+    name: str = getattr(task, "cairnq_name", None) or task.module_path
+    return name
 
 
 def validate_extras(task: Any) -> None:

@@ -2,9 +2,9 @@
 
 The framework normalizes both with its `normalize_json` (tuples become lists)
 and raises its TypeError (or ValueError) for anything else; this keeps those
-classes, as its own backends do, but words the message through
-`jsoncodec.describe_unencodable`, the same sentence `enqueue` gives for a
-payload: which argument, and what to pass instead.
+classes and that message, as its own backends do, and adds after it the sentence
+`jsoncodec.describe_unencodable` words, the same `enqueue` gives for a payload:
+which argument, and what to pass instead.
 """
 
 from __future__ import annotations
@@ -25,7 +25,9 @@ def json_arguments(task: Any, args: Any, kwargs: Any) -> tuple[list[Any], dict[s
         )
     except (TypeError, ValueError) as exc:
         problem = arguments_problem(task, args, kwargs)
-        raise type(exc)(problem or str(exc)) from exc
+        # Django's own words first ("Unsupported type: <class 'datetime.datetime'>"), as its
+        # backends and the tests written against them say; then which argument, and what instead.
+        raise type(exc)(f"{exc}. {problem}" if problem else str(exc)) from exc
 
 
 def arguments_problem(task: Any, args: list[Any], kwargs: dict[str, Any]) -> str | None:
@@ -52,8 +54,8 @@ def json_return_value(task: Any, value: Any) -> Any:
             value, jsoncodec.subscripts("the return value"),
             jsoncodec.JSON_ONLY.format(what="It"), framework=True,
         )
-        message = f"{task.module_path} returned a value that cannot be stored as JSON"
-        raise type(exc)(f"{message}: {problem or f'{exc}.'}") from exc
+        message = f"{exc}. {task.module_path} returned a value that cannot be stored as JSON"
+        raise type(exc)(f"{message}: {problem}" if problem else f"{message}.") from exc
 
 
 def _positional(path: tuple[Any, ...]) -> str:

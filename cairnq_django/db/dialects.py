@@ -64,6 +64,12 @@ class Dialect:
     has_rowid: bool
     # ANALYZE / PRAGMA optimize keeps the planner on the lease index.
     needs_periodic_analyze: bool
+    # Every claim leaves the claimed rows' old index entries at the head of
+    # the claim index, where only VACUUM removes them (worker/upkeep.py).
+    needs_claim_vacuum: bool
+    # The queue table's storage parameters (ALTER TABLE ... SET), set by
+    # migration 0008; docs/database-setup.md gives each value's reason.
+    queue_table_storage: tuple[tuple[str, str], ...]
     # Django's cursor binds named parameters faster than positional ones
     # (statement_cache.py).
     binds_by_name: bool
@@ -91,6 +97,8 @@ SQLITE = Dialect(
     has_row_estimate=False,
     has_rowid=True,
     needs_periodic_analyze=True,
+    needs_claim_vacuum=False,
+    queue_table_storage=(),
     binds_by_name=True,
     text_type=None,
     epoch_millis_type="integer",
@@ -112,6 +120,20 @@ POSTGRES = Dialect(
     has_row_estimate=True,
     has_rowid=False,
     needs_periodic_analyze=False,
+    needs_claim_vacuum=True,
+    # Autovacuum as close to the claims as its schedule allows, for dead rows
+    # the worker's own VACUUM leaves (a role that may not, peers that never do):
+    queue_table_storage=(
+        # a fixed count of dead rows (~5,000 tasks: a claim and a settle leave
+        # one each), not 20% of a table that may keep a million finished rows;
+        ("autovacuum_vacuum_scale_factor", "0"),
+        ("autovacuum_vacuum_threshold", "10000"),
+        # one quick pass rather than a throttled one holding the table's
+        # VACUUM lock (while it holds it, the worker's VACUUM is skipped);
+        ("autovacuum_vacuum_cost_delay", "0"),
+        # always through the indexes: the claim index's dead entries are why.
+        ("vacuum_index_cleanup", "on"),
+    ),
     binds_by_name=False,
     # TEXT, not Django's "text": Django adds a text_pattern_ops index to every
     # indexed column whose type it spells "text", and the protocol has none.

@@ -177,7 +177,8 @@ class RawText(Expression):
         (self.column,) = exprs
 
     def as_sql(self, compiler: Any, connection: Any) -> SqlAndParams:
-        return compiler.compile(self.column)
+        sql, params = compiler.compile(self.column)
+        return sql, params
 
     def as_sqlite(self, compiler: Any, connection: Any) -> SqlAndParams:
         sql, params = compiler.compile(self.column)

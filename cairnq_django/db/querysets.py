@@ -44,36 +44,39 @@ class TaskQuerySet(models.QuerySet):
         """Failed or canceled: what a retry may queue again."""
         return self.filter(LiteralIn("status", RETRYABLE_STATUSES))
 
+    def queued(self) -> TaskQuerySet:
+        return self.filter(LiteralIn("status", ("queued",)))
+
+    def due(self, now: int | Expression | None = None) -> TaskQuerySet:
+        """Queued with run_at_ms reached: what a claim may take (before pauses and limits)."""
+        return self.queued().filter(run_at_ms__lte=now or NowMs())
+
+    def running(self) -> TaskQuerySet:
+        """Running, whatever its lease (the partial lease index needs the lease too)."""
+        return self.filter(LiteralIn("status", ("running",)))
+
     def claimable(self, queues: Sequence[Any], names: Sequence[Any] | None = None,
                   now: int | Expression | None = None) -> TaskQuerySet:
-        """Queued and due on these queues (and names), in claim order."""
-        qs = self.filter(LiteralIn("status", ("queued",)), one_of("queue", queues))
+        """Due on these queues (and names), in claim order."""
+        qs = self.filter(one_of("queue", queues))
         if names is not None:
             qs = qs.filter(one_of("name", names))
-        return qs.filter(run_at_ms__lte=now or NowMs()).order_by(*CLAIM_ORDER)
+        return qs.due(now).order_by(*CLAIM_ORDER)
 
     def expired_leases(self, now: int | Expression | None = None) -> TaskQuerySet:
         """Running with a lease that has run out (the partial lease index's rows)."""
-        return self.filter(
-            LiteralIn("status", ("running",)),
-            lease_until_ms__isnull=False, lease_until_ms__lte=now or NowMs(),
-        )
+        return self.running().filter(lease_until_ms__isnull=False, lease_until_ms__lte=now or NowMs())
 
     def holding_slot(self, now: int | Expression | None = None) -> TaskQuerySet:
         """Running under a lease that has not expired: what a concurrency limit counts.
 
         A task whose worker died stops counting when its lease runs out.
         """
-        return self.filter(
-            LiteralIn("status", ("running",)),
-            lease_until_ms__isnull=False, lease_until_ms__gt=now or NowMs(),
-        )
+        return self.running().filter(lease_until_ms__isnull=False, lease_until_ms__gt=now or NowMs())
 
     def owned(self, worker_id: Any, now: int | Expression | None = None) -> TaskQuerySet:
         """Running under worker_id's unexpired lease: what a settle or renewal may touch."""
-        return self.filter(
-            LiteralIn("status", ("running",)), worker_id=worker_id, lease_until_ms__gt=now or NowMs()
-        )
+        return self.running().filter(worker_id=worker_id, lease_until_ms__gt=now or NowMs())
 
     def purgeable(self, older_than_ms: Any = 0, *, queue: Any = None, status: Any = None,
                   name: Any = None, now: int | Expression | None = None) -> TaskQuerySet:

@@ -15,14 +15,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import IntegrityError, connections, transaction
+from django.db import connections, transaction
 from django.db.models import Count, Q
 
 from ..models import FlowLimit
-from ..records import LIMIT_SCOPES, QUEUED_CHANNEL, Limit, make_limit
+from ..records import QUEUED_CHANNEL, Limit
 from ..store import get_store, sql
-from ..store.limited_claim import due_tasks, read_counts, scope_value
+from ..store.limit_counts import due_tasks, read_counts, scope_value
 from ..validators import check_label
+from .limit_parsing import LIMIT_SCOPES, check_scope, make_limit, settings_limits
 from .pausing import MAX_BY_LENGTH
 
 __all__ = [
@@ -59,13 +60,6 @@ class LimitUsage:
     keys_at_limit: int
     starts_in_window: int
     held: int
-
-
-def settings_limits() -> list[Limit]:
-    """CAIRNQ["LIMITS"] as Limits (ValueError for an invalid entry; the system checks name it)."""
-    from ..conf import cairnq_settings
-
-    return cairnq_settings.limits()
 
 
 def _row_limit(row: FlowLimit) -> Limit:
@@ -108,7 +102,7 @@ def _wake(alias: str, limit: Limit) -> None:
     if limit.scope == "queue":
         queues = [limit.value]
     else:
-        waiting = store.tasks().filter(status="queued")
+        waiting = store.tasks().queued()
         if limit.scope == "name":
             waiting = waiting.filter(name=limit.value)
         queues = list(waiting.order_by().values_list("queue", flat=True).distinct()[:_WAKE_QUEUES_MAX])
@@ -139,18 +133,11 @@ def set_limit(
     limit = make_limit(scope, value, concurrency=concurrency, rate=rate, per=per)
     _check_by(by)
     store = get_store(using)
-    rows = FlowLimit.objects.using(store.using)
     with transaction.atomic(using=store.using):
-        now = store.clock_ms()
         fields = {"concurrency": limit.concurrency, "rate": limit.rate, "per_ms": limit.per_ms,
-                  "changed_at_ms": now, "changed_by": by}
-        if not rows.filter(scope=scope, value=value).update(**fields):
-            try:
-                with transaction.atomic(using=store.using):
-                    rows.create(scope=scope, value=value, **fields)
-            except IntegrityError:
-                # Another caller created it between our update and our insert: ours is the later write.
-                rows.filter(scope=scope, value=value).update(**fields)
+                  "changed_at_ms": store.clock_ms(), "changed_by": by}
+        # A caller creating the row first makes ours an update: the later write wins.
+        FlowLimit.objects.using(store.using).update_or_create(scope=scope, value=value, defaults=fields)
         _wake(store.using, limit)
     return limit
 
@@ -160,10 +147,7 @@ def clear_limit(scope: str, value: str, *, using: str | None = None, by: str = "
 
     The settings' limit on the same scope and value, if any, applies again.
     """
-    if scope not in LIMIT_SCOPES:
-        raise ValueError(f"A limit's scope must be one of {', '.join(LIMIT_SCOPES)}; got {scope!r}.")
-    if not isinstance(value, str) or not value:
-        raise ValueError(f"A {scope} limit needs a non-empty string value, got {value!r}.")
+    check_scope(scope, value)
     _check_by(by)
     store = get_store(using)
     with transaction.atomic(using=store.using):
@@ -198,7 +182,7 @@ def limit_usage(using: str | None = None) -> list[LimitUsage]:
         running = {key: counts.running(limit, key) for key in keys}
         held = at_limit = 0
         for key in keys:
-            free = _free(limit, running[key], starts.get(key, 0))
+            free = limit.room(running[key], starts.get(key, 0))
             if free <= 0:
                 at_limit += 1
             held += max(0, due[index].get(key, 0) - max(free, 0))
@@ -210,16 +194,6 @@ def limit_usage(using: str | None = None) -> list[LimitUsage]:
             held=held,
         ))
     return usage
-
-
-def _free(limit: Limit, running: int, starts: int) -> int:
-    """How many more may start now under `limit` (negative: over it)."""
-    room = []
-    if limit.concurrency is not None:
-        room.append(limit.concurrency - running)
-    if limit.rate is not None:
-        room.append(limit.rate - starts)
-    return min(room)
 
 
 def _due_by_scope(using: str, limits: list[Limit], now: int) -> list[dict[str, int]]:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from django.db import IntegrityError, connections, transaction
+from django.db import connections, transaction
 from django.db.models import QuerySet
 
 from ..models import QueueState
@@ -59,14 +59,12 @@ def _set_paused(using: str, queue: str, paused: bool, by: str) -> bool:
         changed = rows.filter(queue=queue).exclude(paused=paused).update(
             paused=paused, changed_at_ms=now, changed_by=by
         )
-        if not changed and paused and not rows.filter(queue=queue).exists():
-            try:
-                with transaction.atomic(using=store.using):
-                    rows.create(queue=queue, paused=True, changed_at_ms=now, changed_by=by)
-                changed = 1
-            except IntegrityError:
-                # Another caller paused it between our read and our insert.
-                changed = 0
+        if not changed and paused:
+            # No row yet (or paused already). A caller creating the row
+            # first paused it: not created, so not changed by us.
+            _, changed = rows.get_or_create(
+                queue=queue, defaults={"paused": True, "changed_at_ms": now, "changed_by": by}
+            )
         if changed and not paused and store.dialect.has_listen_notify:
             with connections[store.using].cursor() as cursor:
                 cursor.execute(sql.NOTIFY, [QUEUED_CHANNEL, queue])

@@ -69,7 +69,7 @@ def workers(using: str, now: int) -> list[WorkerView]:
     if by_id:
         held = (
             Task.objects.using(using)
-            .filter(status="running", worker_id__in=list(by_id))
+            .running().filter(worker_id__in=list(by_id))
             .values_list("id", "name", "queue", "progress", "worker_id")
             .order_by("id")
         )

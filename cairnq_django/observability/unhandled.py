@@ -26,11 +26,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
-from django.db.models import Count, Min, Q
+from django.db.models import Count, Min
 
 from ..humanize import human_duration
 from ..models import Task
-from ..records import TERMINAL_STATUSES
 from .models import WorkerRecord
 
 # Activity on a name this recent means some worker (maybe not a Django one) runs it.
@@ -79,9 +78,9 @@ def unhandled_names(
         for name in _queued_names(using, queue):
             if name in handled:
                 continue
-            due = tasks.filter(
-                queue=queue, status="queued", name=name, run_at_ms__lte=now_ms - min_wait_ms
-            ).aggregate(count=Count("id"), oldest=Min("run_at_ms"))
+            due = tasks.filter(queue=queue, name=name).due(now_ms - min_wait_ms).aggregate(
+                count=Count("id"), oldest=Min("run_at_ms")
+            )
             if not due["count"] or _recently_served(using, name, now_ms):
                 continue
             found.append(UnhandledName(queue, name, due["count"], now_ms - due["oldest"]))
@@ -90,7 +89,7 @@ def unhandled_names(
 
 def _queued_names(using: str, queue: str) -> list[str]:
     """The distinct names of the queue's queued rows: one index seek each."""
-    rows = Task.objects.using(using).filter(queue=queue, status="queued")
+    rows = Task.objects.using(using).filter(queue=queue).queued()
     names: list[str] = []
     while len(names) < MAX_NAMES_PER_QUEUE:
         after = rows.filter(name__gt=names[-1]) if names else rows
@@ -106,18 +105,11 @@ def _queued_names(using: str, queue: str) -> list[str]:
 
 
 def _recently_served(using: str, name: str, now_ms: int) -> bool:
-    return (
-        Task.objects.using(using)
-        .filter(name=name)
-        .filter(
-            Q(status="running", lease_until_ms__gt=now_ms - RECENTLY_SERVED_MS)
-            | Q(
-                status__in=TERMINAL_STATUSES, worker_id__isnull=False,
-                completed_at_ms__gte=now_ms - RECENTLY_SERVED_MS,
-            )
-        )
-        .exists()
-    )
+    since = now_ms - RECENTLY_SERVED_MS
+    tasks = Task.objects.using(using).filter(name=name)
+    running = tasks.running().filter(lease_until_ms__gt=since)
+    finished = tasks.terminal().filter(worker_id__isnull=False, completed_at_ms__gte=since)
+    return (running | finished).exists()
 
 
 def describe(item: UnhandledName, *, handled_here: Iterable[str] = ()) -> str:

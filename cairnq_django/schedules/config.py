@@ -159,11 +159,6 @@ def parse_schedule(value: Any) -> list[Schedule]:
     return schedules
 
 
-def schedule_config_errors(value: Any) -> list[ScheduleConfigError]:
-    """Every fault in the SCHEDULE setting, for the system check."""
-    return read_schedule(value)[1]
-
-
 def read_schedule(value: Any) -> tuple[list[Schedule], list[ScheduleConfigError]]:
     """The schedules that parse, and the faults of those that do not."""
     schedules: list[Schedule] = []

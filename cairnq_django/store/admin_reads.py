@@ -128,7 +128,7 @@ def queue_stats(using: str, now: int | None = None) -> list[QueueStats]:
     }
     for queue, row in rows.items():
         # Probes per queue: (queue, status, ...) leads the claim index.
-        oldest = tasks.filter(queue=queue, status="queued", run_at_ms__lte=now).aggregate(
+        oldest = tasks.filter(queue=queue).due(now).aggregate(
             oldest=Min("run_at_ms")
         )["oldest"]
         row.oldest_due_age_ms = None if oldest is None else max(0, now - oldest)

@@ -29,6 +29,7 @@ from ..records import (
     STATUSES,
     TERMINAL_STATUSES,
     TaskRecord,
+    TaskSpec,
     TaskStatus,
 )
 from ..validators import (
@@ -92,7 +93,7 @@ class ApplicationOperations:
         parent_id: str | None = None,
         root_id: str | None = None,
         concurrency_key: str | None = None,
-    ) -> dict[str, Any]:
+    ) -> TaskSpec:
         """Validate and encode one task for insertion; raises before any write."""
         check_label("Task name", name, MAX_NAME_LENGTH)
         check_label("concurrency_key", concurrency_key, MAX_LIMIT_VALUE_LENGTH, optional=True)
@@ -121,11 +122,10 @@ class ApplicationOperations:
             "parent_id": parent_id,
             "root_id": root_id or task_id,
             "correlation_id": correlation_id,
-            # Not a protocol column: models.TaskFlow's, written with the task (_write_flow).
             "concurrency_key": concurrency_key,
         }
 
-    def _insert(self, specs: Sequence[dict[str, Any]]) -> list[TaskRecord]:
+    def _insert(self, specs: Sequence[TaskSpec]) -> list[TaskRecord]:
         """Insert prepared tasks; build their records from the specs and the insert's clock.
 
         Only "now" comes back from the database: the rest of each row is what
@@ -180,7 +180,7 @@ class ApplicationOperations:
         return self.submit_prepared(spec, key=key, conflict=conflict)
 
     def submit_prepared(
-        self, spec: dict[str, Any], *, key: str | None = None, conflict: str = DEFAULT_CONFLICT
+        self, spec: TaskSpec, *, key: str | None = None, conflict: str = DEFAULT_CONFLICT
     ) -> TaskRecord:
         """Write a task validated by `prepare`.
 
@@ -212,7 +212,7 @@ class ApplicationOperations:
                 rejected = exc
         raise rejected
 
-    def _submit_keyed(self, spec: dict[str, Any], key: str, conflict: str) -> TaskRecord:
+    def _submit_keyed(self, spec: TaskSpec, key: str, conflict: str) -> TaskRecord:
         self.executor.lock_key(key)
         current = self.executor.record(BY_KEY, {"key": key})
         # A purged task takes its key row with it (ON DELETE CASCADE), so
@@ -232,7 +232,7 @@ class ApplicationOperations:
         self._point_key(key, task.id)
         return task
 
-    def _write_flow(self, specs: Sequence[dict[str, Any]]) -> None:
+    def _write_flow(self, specs: Sequence[TaskSpec]) -> None:
         """The flow rows of the inserted specs that carry a concurrency key (models.TaskFlow)."""
         rows = [
             TaskFlow(task_id=spec["id"], concurrency_key=spec["concurrency_key"])
@@ -247,7 +247,7 @@ class ApplicationOperations:
 
     def submit_many(
         self,
-        specs: Sequence[dict[str, Any]],
+        specs: Sequence[TaskSpec],
         *,
         keys: Sequence[tuple[str | None, str]] | None = None,
         chunk_size: int = 5000,
@@ -329,7 +329,7 @@ class ApplicationOperations:
         """Headroom under max_depth queued tasks, reading at most max_depth rows."""
         check_integer("max_depth", max_depth)
         self.executor.verify_protocol()
-        queued = self.executor.tasks().filter(queue=queue, status="queued").order_by()[:max_depth]
+        queued = self.executor.tasks().filter(queue=queue).queued().order_by()[:max_depth]
         return max(0, max_depth - queued.count())
 
     # ---------------------------------------------------------------- control

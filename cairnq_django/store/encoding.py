@@ -8,7 +8,7 @@ from typing import Any
 from .. import jsoncodec
 from ..errors import SerializationError, error_envelope
 from ..jsoncodec import storable
-from ..records import TaskRecord
+from ..records import TaskRecord, TaskSpec
 
 LEASE_EXPIRED = jsoncodec.dumps(
     error_envelope(
@@ -20,7 +20,7 @@ LEASE_EXPIRED = jsoncodec.dumps(
 )
 
 
-def inserted_record(spec: dict[str, Any], now: int) -> TaskRecord:
+def inserted_record(spec: TaskSpec, now: int) -> TaskRecord:
     """The row a fresh INSERT of `spec` at `now` holds, without reading it back."""
     return TaskRecord(
         id=spec["id"], name=spec["name"], queue=spec["queue"], status="queued",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import nullcontext
 from typing import Any
 
@@ -87,7 +87,7 @@ class Executor:
         self.dialect: Dialect = dialect_of(using)
 
     def run(self, statement: Statement, values: dict[str, Any] | None = None,
-            shape: tuple[Any, ...] = (), rows: Sequence[dict[str, Any]] = (),
+            shape: tuple[Any, ...] = (), rows: Sequence[Mapping[str, Any]] = (),
             now: int | None = None) -> list[tuple[Any, ...]]:
         """Bind and run a cached statement; its rows ([] for one that returns none)."""
         self.verify_protocol()
@@ -103,7 +103,7 @@ class Executor:
 
     def records(self, statement: Statement, values: dict[str, Any] | None = None,
                 shape: tuple[Any, ...] = (),
-                rows: Sequence[dict[str, Any]] = ()) -> list[TaskRecord]:
+                rows: Sequence[Mapping[str, Any]] = ()) -> list[TaskRecord]:
         """Run a statement that returns whole task rows, as records."""
         return [record(row) for row in self.run(statement, values, shape, rows)]
 
@@ -144,6 +144,21 @@ class Executor:
         if self.dialect.needs_periodic_analyze:
             self.verify_protocol()
             self.run_sql(sql.OPTIMIZE)
+
+    def vacuum_tasks(self) -> int | None:
+        """VACUUM the queue table (PostgreSQL); answer its row estimate after, or None if not allowed.
+
+        Runs outside any transaction (VACUUM refuses one), on this thread's connection.
+        """
+        self.verify_protocol()
+        with connections[self.using].cursor() as cursor:
+            cursor.execute(sql.TASKS_UPKEEP)
+            allowed, _ = cursor.fetchone()
+            if not allowed:
+                return None
+            cursor.execute(sql.VACUUM_TASKS)
+            cursor.execute(sql.TASKS_UPKEEP)
+            return max(0, int(cursor.fetchone()[1]))
 
     def lock_key(self, key: str) -> None:
         """Serialize keyed writes on `key` until the transaction ends."""

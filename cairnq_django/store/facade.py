@@ -61,6 +61,7 @@ class Store:
     clock_ms = _Forward("executor", Executor.clock_ms)
     atomic = _Forward("executor", Executor.atomic)
     refresh_statistics = _Forward("executor", Executor.refresh_statistics)
+    vacuum_tasks = _Forward("executor", Executor.vacuum_tasks)
 
     # Application code, the admin, retention and schedules.
     prepare = _Forward("application", ApplicationOperations.prepare)
@@ -84,6 +85,7 @@ class Store:
 
     # Only a lease holder: the worker and `testing`.
     has_claimable = _Forward("leases", LeaseOperations.has_claimable)
+    probe_idle = _Forward("leases", LeaseOperations.probe_idle)
     claim = _Forward("leases", LeaseOperations.claim)
     claim_limited = _Forward("leases", LeaseOperations.claim_limited)
     heartbeat = _Forward("leases", LeaseOperations.heartbeat)

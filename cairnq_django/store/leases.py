@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from contextlib import nullcontext
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import connections
@@ -31,6 +32,7 @@ from .protocol_statements import (
     COMPLETE_MANY,
     FAIL,
     HAS_CLAIMABLE,
+    IDLE_PROBE,
     METADATA,
     PROGRESS,
     RECOVER,
@@ -79,6 +81,16 @@ def _claim_plan(
     return queues, plan
 
 
+@dataclass(frozen=True)
+class IdleProbe:
+    """What an idle worker's probe found: due work (or an expired lease), and the next due time."""
+
+    work: bool
+    # Milliseconds until the earliest queued, not yet due task of the names
+    # falls due, by the queue's clock; None when there is none.
+    due_in_ms: int | None
+
+
 def claim_order(task: TaskRecord) -> tuple[int, int, str]:
     """The protocol's claim order: highest priority, then earliest run_at, then id."""
     return (-task.priority, task.run_at_ms, task.id)
@@ -102,6 +114,19 @@ class LeaseOperations:
             (len(queues), None if names is None else len(names)),
         )
         return bool(rows) and (bool(rows[0][0]) or bool(rows[0][1]))
+
+    def probe_idle(self, *, queues: Sequence[str], names: Sequence[str]) -> IdleProbe:
+        """has_claimable(), and in the same statement when the next queued task falls due."""
+        if not names:
+            return IdleProbe(work=False, due_in_ms=None)
+        rows = self.executor.run(IDLE_PROBE, draw_values(queues, names), (len(queues), len(names)))
+        if not rows:
+            return IdleProbe(work=False, due_in_ms=None)
+        work, expired, due_in_ms = rows[0]
+        return IdleProbe(
+            work=bool(work) or bool(expired),
+            due_in_ms=None if due_in_ms is None else max(0, int(due_in_ms)),
+        )
 
     def recover_leases(self) -> list[TaskRecord]:
         """Settle every task whose lease expired; run inside the claim transaction."""

@@ -1,4 +1,4 @@
-"""The claim under fleet-wide flow limits (concurrency and rate), and the counts both read.
+"""The claim under fleet-wide flow limits (concurrency and rate).
 
 Used only while some limit is in force (flow/limits.py): with none, the
 worker claims through leases.py's claim as before, statement for statement.
@@ -10,9 +10,9 @@ IMMEDIATE write lock. Read committed gives each statement after the lock a
 fresh snapshot, so a claim sees every earlier limited claim's tasks as
 running and its starts in the log. What runs is counted from the task rows
 themselves (status running under an unexpired lease), not from a counter
-the claim would have to keep in step: a worker killed mid-task holds its
-slots until its lease expires, and then the same transaction's recovery
-requeues the task and the count drops. Nothing can leak.
+the claim would have to keep in step (limit_counts.py): a worker killed
+mid-task holds its slots until its lease expires, and then the same
+transaction's recovery requeues the task and the count drops. Nothing can leak.
 
 Rate limits keep a sliding-window log (models.FlowStart): one row per start
 per rate-limited scope (for a key_prefix limit, per concrete key), and a
@@ -27,20 +27,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import connections
-from django.db.models import Count, Min, QuerySet
+from django.db.models import QuerySet
 
-from ..db.expressions import now_minus
-from ..db.querysets import TaskQuerySet
 from ..models import FlowStart
 from ..records import Limit, TaskRecord
 from . import sql
 from .django_private import is_client_binding, select_sql
 from .encoding import LEASE_EXPIRED
 from .executor import Executor
+from .limit_counts import Counts, add_rows, count_queries, read_counts, scope_value
 from .protocol_statements import CLAIM_IDS, RECOVER, paused_queues_of, tasks_of
 
 # How many candidates one read of the claim looks at: enough that tasks held
@@ -69,32 +68,6 @@ class LimitedClaim:
     retry_in_ms: int | None = None
 
 
-@dataclass
-class Counts:
-    """Running tasks and starts in the window, per limited scope, at one instant."""
-
-    now: int
-    # Running (unexpired lease) by queue, by name, by concrete concurrency key.
-    by_queue: dict[str, int] = field(default_factory=dict)
-    by_name: dict[str, int] = field(default_factory=dict)
-    by_key: dict[str, int] = field(default_factory=dict)
-    # Per rate limit (by its index in the limits list): starts in its window
-    # and the oldest of them, by value (the queue, the name, or the concrete key).
-    starts: dict[int, dict[str, int]] = field(default_factory=dict)
-    oldest: dict[int, dict[str, int]] = field(default_factory=dict)
-
-    def running(self, limit: Limit, value: str) -> int:
-        table = {"queue": self.by_queue, "name": self.by_name}.get(limit.scope, self.by_key)
-        return table.get(value, 0)
-
-
-def scope_value(limit: Limit, queue: str, name: str, key: str | None) -> str | None:
-    """The value a task counts under for `limit` (its queue, name or key), None if it does not apply."""
-    if not limit.applies_to(queue=queue, name=name, concurrency_key=key):
-        return None
-    return queue if limit.scope == "queue" else name if limit.scope == "name" else key
-
-
 def relevant_limits(
     limits: Sequence[Limit], queues: Sequence[str], plan: Sequence[tuple[Sequence[str] | None, int]]
 ) -> list[Limit]:
@@ -118,74 +91,6 @@ def _rated(limits: Sequence[Limit], task: TaskRecord, key: str | None) -> list[t
         (limit.scope, value) for limit in limits if limit.rate is not None
         if (value := scope_value(limit, task.queue, task.name, key)) is not None
     })
-
-
-def due_tasks(using: str, now: int) -> TaskQuerySet:
-    """Queued tasks due at `now` outside paused queues, any queue: what a limit could hold back."""
-    return tasks_of(using).filter(status="queued", run_at_ms__lte=now).exclude(
-        queue__in=paused_queues_of(using)
-    )
-
-
-def running_tasks(using: str, now: int | None) -> TaskQuerySet:
-    """Tasks holding a slot: running under a lease unexpired at `now` (None: the statement's clock)."""
-    return tasks_of(using).holding_slot(now)
-
-
-def _count_queries(
-    using: str, limits: Sequence[Limit], now: int | None
-) -> list[tuple[int | None, QuerySet[Any, Any]]]:
-    """The reads of read_counts: (None, running tasks grouped), then (index, its starts) per rate limit.
-
-    `now` None reads the clock in SQL (NowMs), for statements sent before it is known.
-    """
-    queries: list[tuple[int | None, QuerySet[Any, Any]]] = []
-    if any(limit.concurrency is not None for limit in limits):
-        queries.append((None, running_tasks(using, now).order_by().values_list(
-            "queue", "name", "flow__concurrency_key"
-        ).annotate(n=Count("pk"))))
-    for index, limit in enumerate(limits):
-        if limit.rate is None or limit.per_ms is None:
-            continue
-        since = now_minus(limit.per_ms) if now is None else now - limit.per_ms
-        log = FlowStart.objects.using(using).filter(scope=limit.scope, started_at_ms__gt=since)
-        if limit.scope == "key_prefix":
-            # LIKE is case-insensitive on SQLite: _add_rows checks the prefix again.
-            log = log.filter(value__startswith=limit.value)
-        else:
-            log = log.filter(value=limit.value)
-        queries.append((index, log.order_by().values_list("value").annotate(
-            n=Count("pk"), first=Min("started_at_ms")
-        )))
-    return queries
-
-
-def _add_rows(counts: Counts, limits: Sequence[Limit], index: int | None, rows: Sequence[Any]) -> None:
-    if index is None:
-        for queue, name, key, n in rows:
-            counts.by_queue[queue] = counts.by_queue.get(queue, 0) + n
-            counts.by_name[name] = counts.by_name.get(name, 0) + n
-            if key is not None:
-                counts.by_key[key] = counts.by_key.get(key, 0) + n
-        return
-    starts: dict[str, int] = {}
-    oldest: dict[str, int] = {}
-    counts.starts[index], counts.oldest[index] = starts, oldest
-    for value, n, first in rows:
-        if value.startswith(limits[index].value):
-            starts[value], oldest[value] = n, first
-
-
-def read_counts(using: str, limits: Sequence[Limit], now: int) -> Counts:
-    """Running tasks per queue, name and key, and each rate limit's starts in its window at `now`.
-
-    One grouped read of the running tasks (bounded by what the fleet runs),
-    and one read of the start log per rate limit.
-    """
-    counts = Counts(now)
-    for index, query in _count_queries(using, limits, now):
-        _add_rows(counts, limits, index, list(query))
-    return counts
 
 
 @dataclass
@@ -241,17 +146,14 @@ class _Pick:
     def _blocked(self, index: int, limit: Limit, value: str) -> bool:
         """Is `value`'s slot or window under `limit` used up (and if so, note it full)?"""
         counts = self.counts
-        blocked = False
-        if limit.concurrency is not None and counts.running(limit, value) >= limit.concurrency:
-            blocked = True
+        if counts.room(index, limit, value) > 0:
+            return False
         if limit.rate is not None and limit.per_ms is not None:
             if counts.starts.get(index, {}).get(value, 0) >= limit.rate:
-                blocked = True
                 opens = counts.oldest[index].get(value, counts.now) + limit.per_ms
                 self.retry_at = opens if self.retry_at is None else min(self.retry_at, opens)
-        if blocked:
-            self._full(limit, value)
-        return blocked
+        self._full(limit, value)
+        return True
 
     def offer(self, task_id: str, queue: str, name: str, key: str | None) -> None:
         draw = self._draw(name)
@@ -402,7 +304,7 @@ class LimitedClaims:
         """
         if not self.executor.dialect.has_advisory_locks:
             return None
-        queries = _count_queries(self.using, limits, None)
+        queries = count_queries(self.using, limits, None)
         with connections[self.using].cursor() as cursor:
             if not is_client_binding(cursor):
                 return None
@@ -415,7 +317,7 @@ class LimitedClaims:
             cursor.nextset()  # the recovery's rows: nothing here needs them
             for index, _ in queries:
                 cursor.nextset()
-                _add_rows(counts, limits, index, cursor.fetchall())
+                add_rows(counts, limits, index, cursor.fetchall())
             cursor.nextset()
             rows = [tuple(row) for row in cursor.fetchall()]
         return counts, rows

@@ -10,14 +10,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from django.db.models import Case, Exists, F, QuerySet, Value, When
+from django.db.models import Case, Exists, F, QuerySet, Subquery, Value, When
 from django.db.models.expressions import Expression
 
 from ..db import transitions
 from ..db.dialects import dialect_of
 from ..db.expressions import (
     JsonParam,
-    LiteralIn,
     NowMs,
     RawText,
     Slot,
@@ -156,6 +155,38 @@ def _build_has_claimable(using: str, queues: int, names: int | None) -> Template
     return select_sql(probe)
 
 
+def _build_idle_probe(using: str, queues: int, names: int | None) -> Template:
+    """HAS_CLAIMABLE plus how long until the earliest queued task of these names falls due.
+
+    An idle worker sleeps until then (runner.py) instead of finding a delayed
+    task or a retry at its next rare poll. The earliest run_at of the
+    not-yet-due rows is read from the claim index's (queue, status[, name])
+    range; priority comes before run_at in the index, so it is a scan of the
+    queued, not-yet-due rows of these names, which an idle worker's queues
+    hold only as delayed work.
+    """
+    future = (
+        tasks_of(using)
+        .queued()
+        .filter(one_of("queue", _texts("q", queues)), run_at_ms__gt=NowMs())
+        .exclude(queue__in=paused_queues_of(using))
+    )
+    if names is not None:
+        future = future.filter(one_of("name", _texts("n", names)))
+    earliest = future.order_by("run_at_ms").values("run_at_ms")[:1]
+    probe = (
+        ProtocolMeta.objects.using(using)
+        .filter(key="protocol_version")
+        .annotate(
+            work=Exists(_claimable(using, queues, names).order_by()),
+            expired=Exists(tasks_of(using).expired_leases()),
+            due_in_ms=Subquery(earliest) - NowMs(),
+        )
+        .values_list("work", "expired", "due_in_ms")
+    )
+    return select_sql(probe)
+
+
 def _build_claim(using: str, queues: int, names: int | None, limit: int) -> Template:
     chosen = (
         _claimable(using, queues, names).values("id")[:limit].select_for_update(skip_locked=True)
@@ -166,7 +197,7 @@ def _build_claim(using: str, queues: int, names: int | None, limit: int) -> Temp
 def _build_claim_ids(using: str, count: int) -> Template:
     """The claim's transition on chosen rows (the limited claim's), each still queued."""
     ids = [text_param("id", i) for i in range(count)]
-    queued = tasks_of(using).filter(one_of("id", ids)).filter(LiteralIn("status", ("queued",)))
+    queued = tasks_of(using).filter(one_of("id", ids)).queued()
     return _returning_row(queued, transitions.claim())
 
 
@@ -227,6 +258,7 @@ POINT_KEY = Statement(_build_point_key)
 PURGE = Statement(_build_purge)
 PURGE_IDS = Statement(_build_purge_ids)
 HAS_CLAIMABLE = Statement(_build_has_claimable)
+IDLE_PROBE = Statement(_build_idle_probe)
 RECOVER = Statement(_build_recover)
 CLAIM = Statement(_build_claim)
 CLAIM_IDS = Statement(_build_claim_ids)

@@ -10,6 +10,8 @@ from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from typing import Any
 
+from ..records import TaskSpec
+
 # PostgreSQL's advisory transaction lock on a business key, under the same
 # hash the peers use, so keyed submits from every language serialize. Django
 # has no advisory locks.
@@ -66,13 +68,28 @@ DISTINCT_VALUES = (
 # is not a model.
 ROW_ESTIMATE = "SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass"
 
+# PostgreSQL: the worker's VACUUM of the queue table after enough claims
+# (worker/upkeep.py says why). INDEX_CLEANUP ON: left to AUTO, a VACUUM that
+# finds dead rows on few heap pages skips the indexes, and the claim index's
+# dead entries are what it is run for. SKIP_LOCKED: another worker's VACUUM
+# or autovacuum already at it is enough, nobody waits. Django has no VACUUM.
+VACUUM_TASKS = "VACUUM (INDEX_CLEANUP ON, SKIP_LOCKED) cairnq_tasks"
+
+# Whether this role may VACUUM the queue table (it owns it, or is a
+# superuser), and the table's row estimate VACUUM leaves in the catalog.
+# The catalog is not a model.
+TASKS_UPKEEP = (
+    "SELECT pg_has_role(relowner, 'USAGE'), reltuples::bigint FROM pg_class"
+    " WHERE oid = 'cairnq_tasks'::regclass"
+)
+
 # SQLite's statistics, refreshed by the worker: without them the planner skips
 # the lease-recovery index. A pragma has no ORM form.
 OPTIMIZE = "PRAGMA optimize"
 
 
 def copy_rows(
-    copy: Callable[[str], AbstractContextManager[Any]], specs: Sequence[dict[str, Any]], now: int
+    copy: Callable[[str], AbstractContextManager[Any]], specs: Sequence[TaskSpec], now: int
 ) -> None:
     """Stream prepared specs through COPY, every row stamped with one clock reading."""
     with copy(COPY_TASKS) as stream:

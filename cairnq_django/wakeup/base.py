@@ -50,6 +50,24 @@ class Wakeup:
     def leave_seat(self, key: str) -> None:
         """A worker of `key` whose slots are all taken gives up its wish (one call per seek)."""
 
+    def answers_queued(self, key: str) -> bool:
+        """Whether a worker of `key` here is one that answers new work (seated, or no seats).
+
+        A worker that learns when delayed work falls due wakes for it only
+        when this says so (runner.py): standbys do not all wake at the same
+        instant. Kinds without seats: every worker answers.
+        """
+        return True
+
+    def wake_for_due_before(self, when: float | None) -> None:
+        """Also end this thread's queued-waits for work falling due before `when` (monotonic).
+
+        For kinds whose change signal cannot tell a delayed task from a due
+        one (SQLite): an idle worker then learns of a new, earlier due time
+        without polling. PostgreSQL's NOTIFY already wakes for every new
+        queued task; here, and there, nothing to do.
+        """
+
     @property
     def healthy(self) -> bool:
         """Whether wakes are being delivered now, so the caller may poll rarely (see runner)."""

@@ -300,6 +300,12 @@ class PostgresWakeup(Waits):
             self._book.leave(key, time.monotonic())
         self._poke()
 
+    def answers_queued(self, key: str) -> bool:
+        with self._cond:
+            if not (self._seats_decided() and self._book.in_use):
+                return True  # every worker listens (no seats, or not yet decided)
+            return key in self._book.held
+
     @property
     def seats_held(self) -> dict[str, int]:
         with self._cond:

@@ -26,6 +26,7 @@ from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS
 
+from ..ids import now_ms
 from ..store import sql
 from ..store.protocol_statements import LIVE_PROBE, QUEUED_PROBE, draw_values
 from .base import RECONNECT_INITIAL_S, RECONNECT_MAX_S, Waits, sleep
@@ -201,7 +202,7 @@ class SQLiteWakeup(Waits):
         with self._db_lock:
             if self._db is None:
                 self._db = self._open()
-            return self._db.execute(sql.DATA_VERSION).fetchone()[0]
+            return int(self._db.execute(sql.DATA_VERSION).fetchone()[0])
 
     def _start(self) -> bool:
         """Start the poller if needed; return False when the file cannot be watched."""
@@ -292,11 +293,16 @@ class SQLiteWakeup(Waits):
                 self._db.close()
                 self._db = None
 
-    def _has_queued(self, queues: Sequence[str]) -> bool:
-        """Return whether due queued work exists on `queues` (True if unsure)."""
-        return self._finds(
-            QUEUED_PROBE.bind(self._using, draw_values(queues, None), (len(queues),))
-        )
+    def _has_queued(self, queues: Sequence[str], due_before: float | None = None) -> bool:
+        """Return whether queued work on `queues` is due, or falls due before `due_before` (monotonic).
+
+        True if unsure. The probe's "now" is moved forward: a task due before
+        then is claimable at that moment.
+        """
+        ahead_ms = 0 if due_before is None else max(0, int((due_before - time.monotonic()) * 1000))
+        return self._finds(QUEUED_PROBE.bind(
+            self._using, draw_values(queues, None), (len(queues),), now=now_ms() + ahead_ms
+        ))
 
     def _is_finished(self, task_id: str) -> bool:
         """Return whether the task is terminal or gone (True if unsure)."""
@@ -343,9 +349,16 @@ class SQLiteWakeup(Waits):
             self._local.changes = self._changes
         return woken
 
+    def wake_for_due_before(self, when: float | None) -> None:
+        with self._cond:
+            self._local.due_before = when
+
     def wait_for_queued(self, queues: Sequence[str], timeout_s: float) -> bool:
         queues = list(queues)
-        return self._wait_for_change(lambda: not queues or self._has_queued(queues), timeout_s)
+        due_before = getattr(self._local, "due_before", None)
+        return self._wait_for_change(
+            lambda: not queues or self._has_queued(queues, due_before), timeout_s
+        )
 
     def wait_for_done(self, task_id: str | None, timeout_s: float) -> bool:
         if task_id is None:

@@ -22,6 +22,6 @@ def retry_delay_ms(
     """
     if base_ms <= 0 or cap_ms <= 0:
         return 0
-    window = min(cap_ms, base_ms * 2 ** max(0, attempt - 1))
+    window = min(cap_ms, base_ms << max(0, attempt - 1))  # base x 2^(attempt-1)
     floor = window // 2
     return floor + int(rand() * (window - floor))

@@ -30,9 +30,9 @@ from django.db.utils import InterfaceError, OperationalError
 from django.utils import timezone
 
 from .. import signals, validators
-from ..backpressure import wait_for_headroom
 from ..delays import snooze_delay_ms
 from ..errors import LostLease, SerializationError
+from ..flow.backpressure import wait_for_headroom
 from ..records import TaskRecord
 from ..store import Store
 from .backoff import retry_delay_ms

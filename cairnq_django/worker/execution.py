@@ -72,9 +72,6 @@ class Call:
         ctx = self.contexts[0]
         return (ctx, ctx.payload)
 
-    def live_contexts(self) -> list[TaskContext]:
-        return [c for c in self.contexts if not c.settled and not c.lost_lease]
-
 
 class Execution:
     """Runs calls and settles their tasks on behalf of one Worker."""

@@ -34,6 +34,10 @@ class InFlight:
         # must also name the tasks that finished while it could not run, since
         # their leases went unrenewed all the same.
         self._released: deque[tuple[float, Call]] = deque(maxlen=_RELEASED_KEPT)
+        # When the earliest task this worker put back in the queue with a delay
+        # (a retry's backoff, a snooze) falls due (monotonic): the idle loop
+        # wakes for it without asking the database (runner.py, _idle).
+        self._requeued_due: float | None = None
 
     def __len__(self) -> int:
         # No lock: a signal handler asks this, and must not wait for a lock
@@ -59,8 +63,21 @@ class InFlight:
             call.released = True
             self._calls.pop(id(call), None)
             self._by_name[call.name] -= 1
-            self._released.append((time.monotonic(), call))
+            now = time.monotonic()
+            self._released.append((now, call))
+            for ctx in call.contexts:
+                delay_ms = requeue_delay_ms(ctx)
+                if delay_ms is not None:
+                    due = now + delay_ms / 1000
+                    if self._requeued_due is None or due < self._requeued_due:
+                        self._requeued_due = due
         self.changed.set()
+
+    def take_requeued_due(self) -> float | None:
+        """The earliest due time (monotonic) of this worker's own delayed requeues, once."""
+        with self._lock:
+            due, self._requeued_due = self._requeued_due, None
+        return due
 
     def counts(self) -> tuple[int, int]:
         """(calls in flight, of which handlers still running)."""
@@ -91,3 +108,15 @@ class InFlight:
             c for c in self.calls()
             if c.deadline is not None and now >= c.deadline and not c.returned
         ]
+
+
+def requeue_delay_ms(ctx: TaskContext) -> int | None:
+    """The delay of the retry or snooze that put this task back in the queue, if one did."""
+    final = ctx.final
+    if final is None or final.status != "queued":
+        return None
+    if ctx.snoozed_ms is not None:
+        return ctx.snoozed_ms
+    if ctx.failure is not None:
+        return ctx.failure[2]
+    return None

@@ -187,6 +187,10 @@ def _attach_enqueue(fn: Handler, registration: Registration) -> None:
         fn.task_name = registration.name  # type: ignore[attr-defined]
         fn.enqueue = enqueue  # type: ignore[attr-defined]
         fn.aenqueue = aenqueue  # type: ignore[attr-defined]
+        # Celery's delay(**kwargs) and apply_async(kwargs=, countdown=, ...), through enqueue.
+        from .celery_style import attach as attach_celery_style
+
+        attach_celery_style(fn, enqueue)
     except (AttributeError, TypeError):
         pass  # a callable that refuses attributes is still a fine handler
 

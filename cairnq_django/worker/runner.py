@@ -38,6 +38,7 @@ from ..wakeup import Wakeup, get_wakeup
 from ..workflows import STEP_KEY
 from .connections import WorkerConnectionPolicy
 from .context import TaskContext
+from .due import DueTimes
 from .envelopes import shutdown_envelope, timeout_envelope
 from .execution import Call, Execution
 from .heartbeat import Heartbeat
@@ -61,6 +62,7 @@ from .registry import Registry, autodiscover
 from .registry import registry as default_registry
 from .settler import Settler
 from .step_context import StepContext
+from .upkeep import TableUpkeep
 
 if TYPE_CHECKING:
     from ..observability.presence import Presence
@@ -76,6 +78,8 @@ _STATISTICS_EVERY_S = 3600.0
 _DB_RETRY_MAX_S = 5.0
 # Upper bound on any single wait of the loop, so stop() is noticed promptly.
 _SLICE_S = 0.2
+# A task due this little before an idle sleep's end is left to that end.
+_DUE_EARLY_WAKE_S = 0.005
 
 
 class Worker:
@@ -122,6 +126,11 @@ class Worker:
         # call ending a reason to look again before a wake says so.
         self._left_work = False
         self._pacing = WakePacing()
+        # When delayed work falls due (due.py): an idle worker sleeps until
+        # then rather than until its next rare poll. `_due_wake`: the next
+        # claim answers such a moment.
+        self._due = DueTimes()
+        self._due_wake = False
         # Fleet-wide flow limits (flow/limits.py), and how long to hold off
         # after a claim they held back (pacing.held_back_wait_s; None: they did not).
         self._limits = LimitsCache(self.using)
@@ -140,6 +149,8 @@ class Worker:
             threading.Lock() if self.store.dialect.serializes_writes else nullcontext()
         )
         self.settler = Settler(self.store, write_gate=self._write_gate)
+        # PostgreSQL: VACUUM the queue table after enough claims (upkeep.py says why).
+        self._upkeep = TableUpkeep(self.store, self.report)
         self.execution = Execution(
             worker=self, store=self.store, on_done=self._in_flight.release, report=self.report,
             write_completion=self.settler.complete, on_returned=self._in_flight.returned,
@@ -372,6 +383,8 @@ class Worker:
             if held_s is not None:
                 self._held_wait(held_s)
                 continue
+            if self._work_likely:
+                continue  # the probe after an empty claim found work that came due meanwhile
             self._idle()
 
     def _refresh_statistics(self) -> None:
@@ -392,9 +405,10 @@ class Worker:
         # claim itself answers the same question one round trip sooner.
         likely, self._work_likely = self._work_likely, False
         woken, self._woken = self._woken, False
+        due_wake, self._due_wake = self._due_wake, False
         self._left_work = False
         self._held_wait_s = None
-        if not likely and not self.store.has_claimable(queues=self.queues, names=names):
+        if not likely and not self._probe_idle(names):
             return 0
         limits = self._limits.current()
         pending = self._rotation.next_order()
@@ -412,6 +426,7 @@ class Worker:
             announce = woken and len(drawn) == len(pending) and self._wakeup.hears_drained
             with self._write_gate:
                 rows = self._claim(draws, announce=announce, limits=limits)
+            self._upkeep.claimed(len(rows))
             filled = filled or any_draw_filled(draws, rows)
             pending = [s for s in pending if s not in drawn]
             calls = self._calls(fail_undecodable(rows, self._fail_unrun, self.report))
@@ -423,7 +438,20 @@ class Worker:
         self._left_work = filled or bool(pending) or self._held_wait_s is not None
         if woken:
             self._pacing.woken_claim(started)
+        if (due_wake or likely and not started) and not self._left_work:
+            # The due time just answered is spent, or a claim that skipped the
+            # probe found nothing (a wake may have announced a delayed task):
+            # learn the next due time now, before sleeping (one read, only
+            # after such claims).
+            self._work_likely = self._probe_idle(names)
         return started
+
+    def _probe_idle(self, names: list[str]) -> bool:
+        """The read-only probe: is anything claimable? It also notes when the next task falls due."""
+        sent = time.monotonic()
+        probe = self.store.probe_idle(queues=self.queues, names=names)
+        self._due.read(probe.due_in_ms, sent, time.monotonic())
+        return probe.work
 
     def _claim(self, draws: list[Any], *, announce: bool, limits: list[Limit]) -> list[TaskRecord]:
         """One claim transaction; with `announce`, it tells the fleet if it left nothing behind.
@@ -579,8 +607,23 @@ class Worker:
             wakeup = self._wakeup
             (wakeup.seek_seat if seeking else wakeup.leave_seat)(self._drained_key)
 
+    def _next_due(self) -> float | None:
+        """When this idle worker should claim for delayed work falling due (monotonic), if ever."""
+        self._due.requeued(self._in_flight.take_requeued_due())
+        return self._due.next(answers=self._wakeup.answers_queued(self._drained_key))
+
+    def _woke_for_due(self, now: float) -> None:
+        """The next claim answers a due time: it skips the probe, and learns the next one after."""
+        own = self._due.spend(now)
+        logger.debug(
+            "Idle worker %s woke for %s falling due.", self.worker_id,
+            "its own retry or snooze" if own else "a delayed task it read",
+        )
+        self._due_wake = True
+        self._work_likely = True
+
     def _idle(self) -> None:
-        """Sleep a poll interval on the wakeup, cut short by a wake or a call that ended."""
+        """Sleep a poll interval on the wakeup, cut short by a wake, a due time or a call that ended."""
         release(self.using)  # a pooled connection is not held while idle
         self._seek_seat(True)
         idle_s = idle_poll_s(self.options.poll_ms, self._wakeup.healthy)
@@ -589,12 +632,24 @@ class Worker:
             idle_s = min(idle_s, self._held_wait_s)
         deadline = time.monotonic() + idle_s
         while not self._stopping:
-            remaining = deadline - time.monotonic()
+            now = time.monotonic()
+            remaining = deadline - now
+            due = self._next_due()
+            if due is not None and due <= now:
+                self._woke_for_due(now)
+                return
             if remaining <= 0 or self._changed.is_set() and self._recheck_on_call_end():
+                if remaining <= 0:
+                    logger.debug("Idle worker %s polls: its poll interval ran out.", self.worker_id)
                 # Tasks a limit held back were due: the claim need not probe first.
                 self._work_likely = self._work_likely or self._held_wait_s is not None
                 return
-            step = min(remaining, _SLICE_S)
+            step = min(remaining, _SLICE_S, *(() if due is None else (due - now,)))
+            # Where the signal cannot tell delayed work from due work (SQLite), a
+            # new task falling due before this sleep ends wakes it too.
+            self._wakeup.wake_for_due_before(
+                (deadline if due is None else min(deadline, due)) - _DUE_EARLY_WAKE_S
+            )
             # The workers-table row is refreshed from here too: a healthy
             # wakeup's poll interval can be longer than its report interval.
             self._refresh_presence()
@@ -681,6 +736,7 @@ class Worker:
         if self._loop_thread is not None:
             self._loop_thread.stop()
         self.settler.stop()
+        self._upkeep.join(5)
         if self._presence is not None:
             with self._write_gate:
                 self._presence.stop()  # deletes this worker's row

@@ -27,7 +27,7 @@ from .. import validators
 from ..errors import CairnQError
 from ..ids import ulid
 from ..jsoncodec import dumps
-from ..records import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE, MAX_LIMIT_VALUE_LENGTH
+from ..records import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE, MAX_LIMIT_VALUE_LENGTH, TaskSpec
 from ..store import Store, get_store
 from ..validators import MAX_KEY_LENGTH, MAX_NAME_LENGTH, check_label
 from . import STEP_KEY
@@ -215,7 +215,7 @@ class Workflow:
             for position, s in enumerate(steps)
         ]
         # The first steps go in released, their task rows beside them: no second write per step.
-        specs = []
+        specs: list[TaskSpec] = []
         for row in rows:
             if row.pending == 0:
                 spec, _ = task_spec(store, row)
@@ -239,7 +239,7 @@ class Workflow:
         return options
 
 
-def task_spec(store: Store, step: WorkflowStep) -> tuple[dict[str, Any], tuple[str | None, str]]:
+def task_spec(store: Store, step: WorkflowStep) -> tuple[TaskSpec, tuple[str | None, str]]:
     """The task row of a step that is due: its prepared spec and (key, conflict) for submit_many."""
     options = step.options or {}
     spec = store.prepare(

@@ -21,7 +21,7 @@ from typing import Any
 from django.db.models import F
 
 from ..flow.limits import clear_limit
-from ..records import TERMINAL_STATUSES, TaskRecord
+from ..records import TERMINAL_STATUSES, TaskRecord, TaskSpec
 from ..store import Store
 from . import STEP_KEY
 from .models import Workflow, WorkflowEdge, WorkflowStep
@@ -104,7 +104,8 @@ def release(store: Store, due: Sequence[WorkflowStep]) -> None:
         return
     from .builder import task_spec  # builder imports this module
 
-    specs, keys = [], []
+    specs: list[TaskSpec] = []
+    keys: list[tuple[str | None, str]] = []
     for step in due:
         spec, key = task_spec(store, step)
         specs.append(spec)

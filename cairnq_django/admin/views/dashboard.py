@@ -56,7 +56,7 @@ def throughput(using: str, now_ms: int, minutes: int = MINUTES) -> Throughput:
     rows = (
         Task.objects.using(using)
         # Served by the (status, completed_at_ms) index, one range per status.
-        .filter(status__in=TERMINAL_STATUSES, completed_at_ms__gte=since)
+        .terminal().filter(completed_at_ms__gte=since)
         .values("status", minute=(F("completed_at_ms") - Value(since)) / Value(MINUTE_MS))
         .annotate(n=Count("id"))
         .order_by()

@@ -35,7 +35,9 @@ def _task_values(model_admin: TaskAdminBase, object_id: str, *fields: str) -> di
     """The task's `fields`, or 404; `object_id` is already unquoted."""
     if not acceptable_id(object_id):
         raise Http404
-    row = Task.objects.using(model_admin.using).filter(pk=object_id).values(*fields).first()
+    row: dict[str, Any] | None = (
+        Task.objects.using(model_admin.using).filter(pk=object_id).values(*fields).first()
+    )
     if row is None:
         raise Http404
     return row

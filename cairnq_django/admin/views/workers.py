@@ -57,7 +57,8 @@ class WorkerAdmin(GuardedAdmin):
         # One clock reading per request, on every row: liveness is judged
         # against the queue's clock, not this web server's.
         now = database_now_ms(self.using)
-        return super().get_queryset(request).using(self.using).annotate(cq_now=Value(now))
+        rows: QuerySet[WorkerRecord] = super().get_queryset(request).using(self.using)
+        return rows.annotate(cq_now=Value(now))
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False
@@ -98,7 +99,7 @@ class WorkerAdmin(GuardedAdmin):
     def running_tasks(self, worker: WorkerRecord) -> str:
         held = list(
             Task.objects.using(self.using)
-            .filter(status="running", worker_id=worker.pk)
+            .running().filter(worker_id=worker.pk)
             .order_by("id")
             .values_list("id", "name")[:RUNNING_SHOWN]
         )

@@ -14,6 +14,7 @@ from cairnq_django.humanize import human_duration as format_duration
 from cairnq_django.humanize import progress_percent, valid_progress
 from cairnq_django.observability.flow import limits_table, usage_row
 from cairnq_django.observability.overview import Overview, overview
+from cairnq_django.observability.presence import package_version
 from cairnq_django.records import STATUSES
 from cairnq_django.tables import known_missing_tables
 from cairnq_django.validators import cli_database
@@ -114,6 +115,10 @@ class Command(BaseCommand):
         "limit in force with its use (running, starts in the window, tasks it holds back)."
     )
     requires_system_checks: list[str] = []
+
+    def get_version(self) -> str:
+        """What --version prints: this package's version (Django's command default prints Django's)."""
+        return f"cairnq-django {package_version()}"
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--json", action="store_true", help="Print JSON instead of tables.")

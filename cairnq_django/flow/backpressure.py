@@ -6,9 +6,9 @@ import time
 
 from django.db import connections
 
-from .conf import cairnq_settings
-from .errors import QueueFull
-from .store import Store
+from ..conf import cairnq_settings
+from ..errors import QueueFull
+from ..store import Store
 
 
 def wait_for_headroom(store: Store, queue: str) -> None:

@@ -1,0 +1,7 @@
+-- the limited claim's transition on two chosen tasks
+-- parameters, in order: 'running', Slot('worker_id', row=None), Slot('lease_ms', row=None), Int4(1), Slot('id', row=0), Slot('id', row=1)
+UPDATE "cairnq_tasks"
+SET "status" = %s, "worker_id" = %s, "lease_until_ms" = ((extract(epoch from statement_timestamp()) * 1000)::bigint + %s), "attempt" = ("cairnq_tasks"."attempt" + %s), "updated_at_ms" = (extract(epoch from statement_timestamp()) * 1000)::bigint
+WHERE ("cairnq_tasks"."id" IN (%s, %s)
+AND "cairnq_tasks"."status" = 'queued')
+RETURNING "cairnq_tasks"."id", "cairnq_tasks"."name", "cairnq_tasks"."queue", "cairnq_tasks"."status", "cairnq_tasks"."payload", "cairnq_tasks"."result", "cairnq_tasks"."error", "cairnq_tasks"."metadata", "cairnq_tasks"."progress", "cairnq_tasks"."message", "cairnq_tasks"."attempt", "cairnq_tasks"."max_attempts", "cairnq_tasks"."priority", "cairnq_tasks"."worker_id", "cairnq_tasks"."lease_until_ms", "cairnq_tasks"."run_at_ms", "cairnq_tasks"."cancel_requested_at_ms", "cairnq_tasks"."parent_id", "cairnq_tasks"."root_id", "cairnq_tasks"."correlation_id", "cairnq_tasks"."created_at_ms", "cairnq_tasks"."updated_at_ms", "cairnq_tasks"."completed_at_ms"
