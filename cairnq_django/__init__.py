@@ -55,6 +55,17 @@ if TYPE_CHECKING:
     from .flow.limits import Limit, LimitUsage, clear_limit, effective_limits, limit_usage, set_limit
     from .flow.pausing import pause_queue, paused_queues, resume_queue
     from .worker import TaskContext, register, task
+    from .workflows.builder import InvalidWorkflow, Workflow
+    from .workflows.control import cancel_workflow, retry_workflow
+    from .workflows.reads import (
+        WorkflowRun,
+        WorkflowTimeout,
+        aget_workflow,
+        await_workflow,
+        get_workflow,
+        wait_workflow,
+    )
+    from .workflows.shorthands import chain, chord, group, sig
 
 _WORKER_NAMES = frozenset({"TaskContext", "register", "task"})
 _FLOW_NAMES = frozenset({"pause_queue", "paused_queues", "resume_queue"})
@@ -62,11 +73,23 @@ _LIMIT_NAMES = frozenset(
     {"Limit", "LimitUsage", "clear_limit", "effective_limits", "limit_usage", "set_limit"}
 )
 
+_WORKFLOW_NAMES = {
+    "Workflow": "builder", "InvalidWorkflow": "builder", "cancel_workflow": "control",
+    "retry_workflow": "control", "WorkflowRun": "reads", "WorkflowTimeout": "reads",
+    "aget_workflow": "reads", "await_workflow": "reads", "get_workflow": "reads",
+    "wait_workflow": "reads", "chain": "shorthands", "chord": "shorthands", "group": "shorthands",
+    "sig": "shorthands",
+}
+
 
 def __getattr__(name: str) -> Any:
     # Django imports this package before its app registry is ready, and the
     # client and the worker reach the models through the store: the names of
     # __all__ that are not defined above load on first use, once the models exist.
+    if name in _WORKFLOW_NAMES:
+        from importlib import import_module
+
+        return getattr(import_module(f".workflows.{_WORKFLOW_NAMES[name]}", __name__), name)
     if name in _WORKER_NAMES:
         from . import worker
 
@@ -92,6 +115,7 @@ __all__ = [
     "AlreadyExists",
     "CairnQError",
     "HeartbeatLate",
+    "InvalidWorkflow",
     "Limit",
     "LimitUsage",
     "LostLease",
@@ -108,6 +132,9 @@ __all__ = [
     "TaskRecord",
     "TaskStatus",
     "TaskTimeout",
+    "Workflow",
+    "WorkflowRun",
+    "WorkflowTimeout",
     "acall",
     "acancel",
     "aenqueue",
@@ -115,14 +142,19 @@ __all__ = [
     "aget",
     "aget_by_key",
     "aget_task",
+    "aget_workflow",
     "alist_tasks",
     "apurge",
     "aretry",
     "astats",
     "await_task",
     "await_task_by_key",
+    "await_workflow",
     "call",
     "cancel",
+    "cancel_workflow",
+    "chain",
+    "chord",
     "clear_limit",
     "effective_limits",
     "enqueue",
@@ -130,6 +162,8 @@ __all__ = [
     "get",
     "get_by_key",
     "get_task",
+    "get_workflow",
+    "group",
     "limit_usage",
     "list_tasks",
     "pause_queue",
@@ -138,9 +172,12 @@ __all__ = [
     "register",
     "resume_queue",
     "retry",
+    "retry_workflow",
     "set_limit",
+    "sig",
     "stats",
     "task",
     "wait",
     "wait_by_key",
+    "wait_workflow",
 ]

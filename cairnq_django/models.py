@@ -307,3 +307,6 @@ from .schedules.models import ScheduleState  # noqa: E402,F401
 # The workers table belongs to observability; importing it here is how Django finds it.
 from .observability.models import WorkerRecord  # noqa: E402,F401
 
+# isort: split
+# The workflows' tables live with their release logic; importing them here is how Django finds them.
+from .workflows.models import Workflow, WorkflowEdge, WorkflowStep  # noqa: E402,F401

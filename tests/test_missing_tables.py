@@ -21,7 +21,8 @@ from tests.workerutil import ROOT, WorkerProcess, wait_for
 ALL_TABLES = (
     "cairnq_django_flow_limit, cairnq_django_flow_start, cairnq_django_queue_state, "
     "cairnq_django_schedules, cairnq_django_task_attempt, cairnq_django_task_flow, "
-    "cairnq_django_workers, cairnq_meta, cairnq_migrations, cairnq_task_keys, cairnq_tasks"
+    "cairnq_django_workers, cairnq_django_workflow, cairnq_django_workflow_edge, "
+    "cairnq_django_workflow_step, cairnq_meta, cairnq_migrations, cairnq_task_keys, cairnq_tasks"
 )
 ALL_MISSING = (
     f"The CairnQ tables {ALL_TABLES} are missing from database 'default'; create them "

@@ -3,7 +3,7 @@
 Django's admin autodiscovery imports this package, and importing it registers
 TaskAdmin (task_admin.py), WorkerAdmin (views/workers.py), ScheduleAdmin
 (schedule_admin.py), QueueStateAdmin (queue_state_admin.py) and
-FlowLimitAdmin (flow_limit_admin.py). The other
+FlowLimitAdmin (flow_limit_admin.py) and WorkflowAdmin (workflow_admin.py). The other
 modules: task_base.py (what the actions and views rely on), changelist.py
 (paging and sorting the list), filters.py, actions.py (cancel, retry, purge),
 task_fields.py (the task page's fields), display.py (times, raw JSON),
@@ -24,5 +24,8 @@ if apps.is_installed("django.contrib.admin"):
     from .schedule_admin import ScheduleAdmin
     from .task_admin import TaskAdmin
     from .views.workers import WorkerAdmin
+    from .workflow_admin import WorkflowAdmin
 
-    __all__ = ["FlowLimitAdmin", "QueueStateAdmin", "ScheduleAdmin", "TaskAdmin", "WorkerAdmin"]
+    __all__ = [
+        "FlowLimitAdmin", "QueueStateAdmin", "ScheduleAdmin", "TaskAdmin", "WorkerAdmin", "WorkflowAdmin",
+    ]

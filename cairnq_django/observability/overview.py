@@ -10,6 +10,7 @@ from ..flow.pausing import paused_queues
 from ..models import Task
 from ..store import get_store
 from ..store.admin_reads import QueueStats, queue_stats
+from ..workflows.reads import count_by_state
 from .flow import busiest_keys
 from .models import WorkerRecord
 
@@ -51,6 +52,8 @@ class Overview:
     limits_error: str | None = None
     # Per key_prefix limit's prefix, the key with the most running tasks.
     busiest_keys: dict[str, str] = field(default_factory=dict)
+    # How many workflows are in each state (workflows/reads.py).
+    workflows: dict[str, int] = field(default_factory=dict)
 
     def live_workers_for(self, queue: str) -> list[WorkerView]:
         return [w for w in self.workers if w.live and queue in w.record.queues]
@@ -87,5 +90,5 @@ def overview(using: str | None = None) -> Overview:
     return Overview(
         now_ms=now, queues=queue_stats(using, now), workers=workers(using, now),
         paused=paused_queues(using=using), limits=limits, limits_error=limits_error,
-        busiest_keys=busiest_keys(using, limits),
+        busiest_keys=busiest_keys(using, limits), workflows=count_by_state(using=using),
     )

@@ -33,6 +33,7 @@ from ..store.encoding import encode_result
 from .context import TaskContext
 from .envelopes import as_envelope
 from .registry import Registration
+from .step_context import StepContext
 
 logger = logging.getLogger("cairnq_django.worker")
 
@@ -185,6 +186,8 @@ class Execution:
         if self.complete_later is None or call.batched or len(call.contexts) != 1:
             return False
         ctx = call.contexts[0]
+        if isinstance(ctx, StepContext):
+            return False  # its release shares its completion's transaction: written alone
         try:
             encoded = encode_result(result)
         except SerializationError:
@@ -266,6 +269,9 @@ class Execution:
             self.report(exc, phase="settle", task=ctx.name, task_id=ctx.task_id)
 
     def _complete(self, ctx: TaskContext, value: Any) -> None:
+        if isinstance(ctx, StepContext):
+            ctx.complete_unsettled(partial(ctx.write_completion, value))
+            return
         ctx.complete_unsettled(lambda: self.write_completion(ctx.task_id, ctx.worker_id, value))
 
     def _fail(self, ctx: TaskContext, envelope: dict[str, Any], retryable: bool) -> None:

@@ -35,6 +35,7 @@ from ..records import Limit, TaskRecord
 from ..store import get_store
 from ..tables import check_tables
 from ..wakeup import Wakeup, get_wakeup
+from ..workflows import STEP_KEY
 from .connections import WorkerConnectionPolicy
 from .context import TaskContext
 from .due import DueTimes
@@ -60,6 +61,7 @@ from .pools import EventLoopThread, HandlerThreads
 from .registry import Registry, autodiscover
 from .registry import registry as default_registry
 from .settler import Settler
+from .step_context import StepContext
 from .upkeep import TableUpkeep
 
 if TYPE_CHECKING:
@@ -497,7 +499,10 @@ class Worker:
         ]
 
     def _context(self, task: TaskRecord) -> TaskContext:
-        return TaskContext(
+        # One dict lookup: a plain task keeps the plain context and the group commit.
+        metadata = task.metadata
+        kind = StepContext if type(metadata) is dict and STEP_KEY in metadata else TaskContext
+        return kind(
             store=self.store, task=task, worker_id=self.worker_id,
             lease_ms=self.options.lease_ms,
             retry_backoff_base_ms=self.options.retry_backoff_base_ms,

@@ -251,3 +251,5 @@ def interval(ctx, payload):
 
 # The same handler under a second name, for a limit on one task name.
 task("tests.interval_capped")(interval)
+
+from . import workflow_tasks  # noqa: E402,F401 - registers the workflow tests' handlers

@@ -157,6 +157,7 @@ class DashboardView(TaskAdminView):
             "changelist_url": model_admin.changelist_url(),
             **_pause_context(request, view),
             **_limits_context(request, view),
+            "workflows": _workflow_cells(view),
             "stats_url": reverse(f"admin:{opts.app_label}_{opts.model_name}_stats"),
             "media": model_admin.media,
         }
@@ -182,6 +183,12 @@ def _queue_rows(model_admin: TaskAdminBase, view: Overview) -> list[dict[str, An
         }
         for q in view.queues
     ]
+
+
+def _workflow_cells(view: Overview) -> list[tuple[str, int, str]]:
+    """Workflows by state, each linked to the workflow list filtered to it."""
+    url = reverse("admin:cairnq_django_workflow_changelist")
+    return [(state, n, f"{url}?state__exact={state}") for state, n in view.workflows.items()]
 
 
 def _pause_context(request: HttpRequest, view: Overview) -> dict[str, Any]:

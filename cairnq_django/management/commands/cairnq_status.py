@@ -72,6 +72,9 @@ def as_text(view: Overview) -> str:
         lines.extend(limits_table(view.limits, view.busiest_keys))
     if view.limits_error:
         lines.append(f"CAIRNQ['LIMITS'] is invalid, so no limit is shown: {view.limits_error}")
+    if any(view.workflows.values()):
+        lines.append("")
+        lines.append("Workflows: " + ", ".join(f"{n} {state}" for state, n in view.workflows.items()))
     return "\n".join(lines)
 
 
@@ -102,6 +105,7 @@ def as_json(view: Overview) -> str:
         "paused_queues": view.paused,
         "limits": [usage_row(usage, view.busiest_keys) for usage in view.limits],
         "limits_error": view.limits_error,
+        "workflows": view.workflows,
     }, indent=2)
 
 

@@ -1,0 +1,164 @@
+"""The workflows' admin: a list, and a page per workflow that draws its graph.
+
+The page lists each step with its state and task, draws the graph as SVG
+(views/workflow_graph.py), and offers cancel and the three retry modes to
+users with the manage_workflow permission: POST only (the admin's CSRF check
+applies), each through workflows/control.py, each leaving an admin log
+entry. The list offers the same as actions.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from django.contrib import admin, messages
+from django.contrib.admin.utils import quote, unquote
+from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
+
+from ..workflows.builder import InvalidWorkflow
+from ..workflows.control import RETRY_MODES, cancel_workflow, retry_workflow
+from ..workflows.models import Workflow, WorkflowEdge, WorkflowStep
+from ..workflows.reads import WorkflowRun
+from .display import compact_time
+from .guarded import FlowStateAdmin, acceptable_id, refuse_nul
+from .views.workflow_graph import graph_svg
+
+PERMISSION = "cairnq_django.manage_workflow"
+ACTIONS = ("cancel", *RETRY_MODES)
+
+
+@admin.register(Workflow)
+class WorkflowAdmin(FlowStateAdmin):
+    list_display = ("name", "id", "state", "progress", "created", "finished")
+    list_filter = ("state",)
+    search_fields = ("=id", "name", "=key")
+    url_lookups = frozenset({"state__exact"})
+    actions = ["cancel_selected", "retry_failed_only", "retry_failed_and_downstream", "retry_all"]
+
+    @admin.display(description=gettext_lazy("steps done"))
+    def progress(self, run: Workflow) -> str:
+        return f"{run.steps_total - run.steps_open}/{run.steps_total}"
+
+    @admin.display(description=gettext_lazy("created"), ordering="created_at_ms")
+    def created(self, run: Workflow) -> str:
+        return compact_time(run.created_at_ms)
+
+    @admin.display(description=gettext_lazy("finished"), ordering="finished_at_ms")
+    def finished(self, run: Workflow) -> str:
+        return compact_time(run.finished_at_ms)
+
+    def has_manage_workflow_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm(PERMISSION)
+
+    # ------------------------------------------------------------ the page
+    def get_urls(self) -> list[URLPattern]:
+        act = self.admin_site.admin_view(self.act_view)
+        return [path("<path:object_id>/act/", act, name="cairnq_django_workflow_act"), *super().get_urls()]
+
+    def change_view(
+        self, request: HttpRequest, object_id: str, form_url: str = "",
+        extra_context: dict[str, Any] | None = None,
+    ) -> HttpResponse:
+        """The workflow page: its graph, its steps, and the actions the user may take."""
+        refuse_nul(request)
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+        run = self._run(object_id)
+        steps = WorkflowStep.objects.using(self.using).filter(workflow_id=run.id)
+        names = dict(steps.values_list("pk", "name"))
+        parents: dict[str, list[str]] = defaultdict(list)
+        for parent, child in WorkflowEdge.objects.using(self.using).filter(
+            workflow_id=run.id
+        ).values_list("parent_id", "child_id"):
+            parents[names[child]].append(names[parent])
+
+        def task_url(task_id: str) -> str:
+            return reverse("admin:cairnq_django_task_change", args=[quote(task_id)])
+
+        context = {
+            **self.admin_site.each_context(request),
+            "title": _("Workflow %(name)s") % {"name": run.name},
+            "opts": self.opts,
+            "run": run,
+            "graph": graph_svg(run.steps, parents, task_url),
+            "steps": [
+                {"step": step, "url": task_url(step.task_id) if step.task_id else None}
+                for step in run.steps
+            ],
+            "can_manage": self.has_manage_workflow_permission(request),
+            "act_url": reverse("admin:cairnq_django_workflow_act", args=[quote(run.id)]),
+            "retry_modes": RETRY_MODES,
+            "media": self.media,
+        }
+        request.current_app = self.admin_site.name
+        return TemplateResponse(request, "admin/cairnq_django/workflow/graph.html", context)
+
+    def _run(self, object_id: str) -> WorkflowRun:
+        object_id = unquote(object_id)  # the admin's URLs quote ids ("_" is "_5F")
+        if not acceptable_id(object_id):
+            raise Http404
+        try:
+            return WorkflowRun.load(object_id, using=self.using)
+        except Workflow.DoesNotExist:
+            raise Http404(_("No workflow has this id.")) from None
+
+    def act_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """Cancel or retry the workflow (POST, manage_workflow), then back to its page."""
+        if request.method != "POST":
+            return HttpResponseNotAllowed(["POST"])
+        refuse_nul(request)
+        if not self.has_manage_workflow_permission(request):
+            raise PermissionDenied
+        run = self._run(object_id)
+        action = request.POST.get("action", "")
+        back = HttpResponseRedirect(reverse("admin:cairnq_django_workflow_change", args=[quote(run.id)]))
+        if action not in ACTIONS:
+            self.message_user(request, _("Unknown action."), messages.ERROR)
+            return back
+        self._act(request, Workflow.objects.using(self.using).get(pk=run.id), action)
+        return back
+
+    def _act(self, request: HttpRequest, row: Workflow, action: str) -> None:
+        try:
+            if action == "cancel":
+                count = cancel_workflow(row.pk, using=self.using)
+                text = _("Canceled workflow %(id)s: %(count)d steps had not ended.")
+            else:
+                count = retry_workflow(row.pk, mode=action, using=self.using)
+                text = _("Retrying workflow %(id)s (%(mode)s): %(count)d steps run again.")
+        except InvalidWorkflow as exc:
+            self.message_user(request, str(exc), messages.WARNING)
+            return
+        self.log_change(request, row, [{"changed": {"fields": [action]}}])
+        self.message_user(request, text % {"id": row.pk, "count": count, "mode": action}, messages.SUCCESS)
+
+    # ------------------------------------------------------------ the list's actions
+    def _act_on(self, request: HttpRequest, queryset: QuerySet[Workflow], action: str) -> None:
+        for row in queryset.using(self.using):
+            self._act(request, row, action)
+
+    @admin.action(permissions=["manage_workflow"], description=gettext_lazy("Cancel selected workflows"))
+    def cancel_selected(self, request: HttpRequest, queryset: QuerySet[Workflow]) -> None:
+        self._act_on(request, queryset, "cancel")
+
+    @admin.action(permissions=["manage_workflow"],
+                  description=gettext_lazy("Retry failed steps of selected workflows"))
+    def retry_failed_only(self, request: HttpRequest, queryset: QuerySet[Workflow]) -> None:
+        self._act_on(request, queryset, "failed_only")
+
+    @admin.action(permissions=["manage_workflow"],
+                  description=gettext_lazy("Retry failed steps and everything downstream"))
+    def retry_failed_and_downstream(self, request: HttpRequest, queryset: QuerySet[Workflow]) -> None:
+        self._act_on(request, queryset, "failed_and_downstream")
+
+    @admin.action(permissions=["manage_workflow"],
+                  description=gettext_lazy("Retry selected workflows from the start"))
+    def retry_all(self, request: HttpRequest, queryset: QuerySet[Workflow]) -> None:
+        self._act_on(request, queryset, "all")
