@@ -143,3 +143,24 @@ def test_each_retry_mode_reruns_what_it_says(live_store, child_env, runs_table, 
     names = [name for name, _ in journal()]
     assert {name: names.count(name) for name in runs_by_step} == runs_by_step
     assert run.step("c").result == {"value": 1}
+
+
+@pytest.mark.parametrize("how", ["call", "raise"])
+def test_a_snoozed_step_keeps_its_attempt_and_releases_its_child(live_store, child_env, runs_table, how):
+    from cairnq_django import get_task
+
+    wf = Workflow("snoozed")
+    nap = wf.add("nap", "tests.snooze", {"times": 1, "delay": 0.05, "how": how})
+    wf.add("after", "tests.wf.step", {"value": 1}, after=nap)
+    run = wf.enqueue()
+    # Not a burst: the snoozed step comes due after the queue first looks empty.
+    worker = WorkerProcess(child_env, "-v", "2")
+    try:
+        wait_for(lambda: get_workflow(run.id).state != "running", timeout=60, message=worker.output())
+    finally:
+        worker.stop()
+    run = get_workflow(run.id)
+    assert run.state == "succeeded", run
+    assert {s.name: s.state for s in run.steps} == {"nap": "succeeded", "after": "succeeded"}
+    history = get_task(run.step("nap").task_id)
+    assert [a.outcome for a in history.attempts] == ["snoozed", "succeeded"]

@@ -40,6 +40,6 @@ class StepSettling:
     def fail(self, *args: Any, **kwargs: Any) -> TaskRecord:
         return self._settle("fail", *args, **kwargs)
 
-    def snooze(self, task_id: str, worker_id: str, delay_ms: int) -> TaskRecord:
+    def snooze(self, task_id: str, worker_id: str, delay_ms: int, **kwargs: Any) -> TaskRecord:
         # A snooze with a cancel pending ends the step canceled.
-        return self._settle("snooze", task_id, worker_id, delay_ms)
+        return self._settle("snooze", task_id, worker_id, delay_ms, **kwargs)
