@@ -42,6 +42,7 @@ from .protocol_statements import (
     draw_values,
 )
 from .statement_cache import Statement
+from .timeouts import statement_prefix
 
 # Rows per grouped-completion statement: 3 parameters each.
 _GROUP_ROWS = 500
@@ -233,8 +234,13 @@ class LeaseOperations:
                 # A third statement of the same transaction, seeing the claim's changes.
                 notify, notify_params = drained_notify_sql(self.using, queues, *announce)
                 text, params = f"{text}; {notify}", [*params, *notify_params]
+            prefix = statement_prefix()
+            if prefix is not None:  # the worker's statement timeout (timeouts.py)
+                text = prefix + text
             cursor.execute(text, params)
             cursor.nextset()
+            if prefix is not None:
+                cursor.nextset()
             return [record(row) for row in cursor.fetchall()]
 
     def _owned(

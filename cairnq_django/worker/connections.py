@@ -24,6 +24,18 @@ from ..connection_options import WorkerConnectionOptions
 from ..pooling import is_pooled
 
 
+def statement_timeout_ms(lease_ms: int) -> int | None:
+    """The statement timeout of the worker's own statements: WORKER_STATEMENT_TIMEOUT or lease/3.
+
+    A third of the lease, like the heartbeat's interval: a renewal stuck that
+    long is cut off with a beat of slack left before the lease runs out.
+    """
+    setting = cairnq_settings.WORKER_STATEMENT_TIMEOUT
+    if setting is None:
+        return max(1, lease_ms // 3)
+    return setting or None
+
+
 class WorkerConnectionPolicy:
     """Raise CONN_MAX_AGE=0 aliases to the worker's lifetime; restore on exit."""
 

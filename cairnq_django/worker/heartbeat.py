@@ -35,6 +35,8 @@ from django.db.utils import Error as DatabaseError
 from ..errors import HeartbeatLate
 from ..pooling import release
 from ..store import Store, sql
+from ..store.timeouts import bounded_statements
+from .connections import statement_timeout_ms
 from .context import TaskContext
 
 logger = logging.getLogger("cairnq_django.worker")
@@ -84,6 +86,10 @@ class Heartbeat(threading.Thread):
         self._stop_event.set()
 
     def run(self) -> None:
+        with bounded_statements(statement_timeout_ms(self.lease_ms)):
+            self._run()
+
+    def _run(self) -> None:
         try:
             due = time.monotonic() + self.interval_s
             while not self._stop_event.is_set():

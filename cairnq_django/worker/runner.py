@@ -33,9 +33,10 @@ from ..ids import ulid
 from ..pooling import release
 from ..records import Limit, TaskRecord
 from ..store import get_store
+from ..store.timeouts import bounded_statements
 from ..tables import check_tables
 from ..wakeup import Wakeup, get_wakeup
-from .connections import WorkerConnectionPolicy
+from .connections import WorkerConnectionPolicy, statement_timeout_ms
 from .context import TaskContext
 from .envelopes import shutdown_envelope, timeout_envelope
 from .execution import Call, Execution
@@ -137,7 +138,10 @@ class Worker:
         self._write_gate: AbstractContextManager[Any] = (
             threading.Lock() if self.store.dialect.serializes_writes else nullcontext()
         )
-        self.settler = Settler(self.store, write_gate=self._write_gate)
+        self.settler = Settler(
+            self.store, write_gate=self._write_gate,
+            statement_timeout_ms=statement_timeout_ms(self.options.lease_ms),
+        )
         self.execution = Execution(
             worker=self, store=self.store, on_done=self._in_flight.release, report=self.report,
             write_completion=self.settler.complete, on_returned=self._in_flight.returned,
@@ -249,7 +253,8 @@ class Worker:
         _close_connection(self.using)
         self._start()
         try:
-            self._loop(after_first_poll)
+            with bounded_statements(statement_timeout_ms(self.options.lease_ms)):
+                self._loop(after_first_poll)
         finally:
             self._shutdown()
 

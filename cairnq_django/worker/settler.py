@@ -38,6 +38,7 @@ from ..pooling import release
 from ..records import TaskRecord
 from ..store import Store
 from ..store.encoding import encode_result
+from ..store.timeouts import bounded_statements
 
 logger = logging.getLogger("cairnq_django.worker")
 
@@ -118,8 +119,12 @@ class _Item:
 class Settler:
     """One thread that commits completions in groups for the handler threads."""
 
-    def __init__(self, store: Store, *, write_gate: AbstractContextManager[Any]) -> None:
+    def __init__(
+        self, store: Store, *, write_gate: AbstractContextManager[Any],
+        statement_timeout_ms: int | None = None,
+    ) -> None:
         self.store = store
+        self.statement_timeout_ms = statement_timeout_ms
         # Shared with the worker's claim loop on SQLite, so the two take the
         # write lock in turn instead of meeting in SQLite's busy handler.
         self._gate = write_gate
@@ -194,6 +199,10 @@ class Settler:
 
     # ------------------------------------------------------------ the thread
     def _run(self) -> None:
+        with bounded_statements(self.statement_timeout_ms):
+            self._serve()
+
+    def _serve(self) -> None:
         try:
             while True:
                 first = self._items.get()
