@@ -141,7 +141,7 @@ class Worker:
         self.settler = Settler(
             self.store, write_gate=self._write_gate,
             statement_timeout_ms=statement_timeout_ms(self.options.lease_ms),
-            lease_expired_by=self._in_flight.lease_expired_by,
+            lease_expired_by=self._in_flight.lease_expired_by, lease_ms=self.options.lease_ms,
         )
         self.execution = Execution(
             worker=self, store=self.store, on_done=self._in_flight.release, report=self.report,

@@ -134,11 +134,13 @@ class Settler:
         self, store: Store, *, write_gate: AbstractContextManager[Any],
         statement_timeout_ms: int | None = None,
         lease_expired_by: Callable[[str], float | None] | None = None,
+        lease_ms: int | None = None,
     ) -> None:
         self.store = store
         self.statement_timeout_ms = statement_timeout_ms
         # When a task's lease has certainly expired (monotonic), for the retries.
         self._lease_expired_by = lease_expired_by
+        self._lease_s = lease_ms / 1000 if lease_ms else None
         # Set when the worker stops waiting for this thread: retries end.
         self._give_up = threading.Event()
         # Shared with the worker's claim loop on SQLite, so the two take the
@@ -290,13 +292,16 @@ class Settler:
         Returns the items still being written, with their rows.
         """
         delay = 0.0  # the first retry at once: most often the server closed an idle session
+        # Renewals that keep passing while completions keep failing mean the
+        # database refuses the write itself: one lease of retries is enough.
+        give_up_at = time.monotonic() + self._lease_s if self._lease_s else None
         while True:
             batch = [(i.task_id, i.worker_id, i.result_json) for i in group]
             try:
                 return group, self._write(batch)
             except (OperationalError, InterfaceError) as exc:
                 connections[self.store.using].close()
-                group = self._still_valid(group, exc, retried=delay > 0)
+                group = self._still_valid(group, exc, retried=delay > 0, give_up_at=give_up_at)
                 if not group:
                     raise _GaveUp from exc
                 if self._give_up.wait(delay):
@@ -305,12 +310,17 @@ class Settler:
                     raise _GaveUp from exc
                 delay = min(RETRY_MAX_S, max(RETRY_INITIAL_S, delay * 2))
 
-    def _still_valid(self, group: list[_Item], exc: Exception, *, retried: bool) -> list[_Item]:
+    def _still_valid(
+        self, group: list[_Item], exc: Exception, *, retried: bool, give_up_at: float | None
+    ) -> list[_Item]:
         """The items worth another write; the others get `exc` as their outcome."""
         now = time.monotonic()
         keep = []
+        exc.cairnq_retried = True  # type: ignore[attr-defined]  # execution.py: no retry of its own
         for item in group:
             expired_by = self._lease_expired_by(item.task_id) if self._lease_expired_by else None
+            if expired_by is not None and give_up_at is not None:
+                expired_by = min(expired_by, give_up_at - LEASE_SLACK_S)
             # Unknown lease: one more write at once, then it is recovery's.
             if (now < expired_by + LEASE_SLACK_S) if expired_by is not None else not retried:
                 keep.append(item)
