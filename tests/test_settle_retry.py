@@ -67,7 +67,7 @@ def test_renewals_during_the_outage_extend_the_retries(live_store, monkeypatch):
     calls = failing_for(live_store, monkeypatch, 1_000)
     renewed = {"at": time.monotonic()}
     settler = Settler(
-        live_store, write_gate=threading.Lock(), lease_expired_by=lambda _id: renewed["at"] + 0.2,
+        live_store, write_gate=threading.Lock(), lease_expired_by=lambda _id: renewed["at"] + 1.0,
     )
     item = _Item(task.id, "w1", "7")
     writer = threading.Thread(target=settler._write_group, args=([item],))
