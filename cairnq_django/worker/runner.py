@@ -72,7 +72,9 @@ _DB_RETRY_FIRST_S = 0.25
 # How often the claim loop refreshes planner statistics where the database
 # needs it (SQLite's PRAGMA optimize), besides once at start.
 _STATISTICS_EVERY_S = 3600.0
-_DB_RETRY_MAX_S = 5.0
+# Kept short: after a network outage a pause is most of the time it takes to
+# claim again (a connect into a dead path already waits connect_timeout).
+_DB_RETRY_MAX_S = 2.0
 # Upper bound on any single wait of the loop, so stop() is noticed promptly.
 _SLICE_S = 0.2
 
