@@ -262,8 +262,8 @@ def net_journal(ctx, payload):
     """
     path = payload["path"]
     with open(path, "a") as out:
-        out.write(f"start {ctx.task_id} {os.getpid()} {time.time():.3f}\n")
+        out.write(f"start {ctx.task_id} {os.getpid()} {time.time():.3f} {payload['ms']}\n")
     time.sleep(payload["ms"] / 1000)
     with open(path, "a") as out:
-        out.write(f"end {ctx.task_id} {os.getpid()} {time.time():.3f}\n")
+        out.write(f"end {ctx.task_id} {os.getpid()} {time.time():.3f} {payload['ms']}\n")
     return {"pid": os.getpid()}
