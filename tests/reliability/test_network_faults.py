@@ -218,6 +218,7 @@ def _verdict(fleet: Fleet) -> dict:
     for kind, task_id, pid, t in fleet.lines():
         runs[task_id].append((kind, pid, t))
     rerun_after_finish, finished_twice, recovered = [], [], 0
+    rerun_after_s: list[float] = []  # from a task's first start to its next, by lease recovery
     for task_id, events in runs.items():
         events.sort(key=lambda e: e[2])
         ends = [e for e in events if e[0] == "end"]
@@ -225,8 +226,10 @@ def _verdict(fleet: Fleet) -> dict:
             finished_twice.append(task_id)
         if ends and any(e[0] == "start" and e[2] > ends[0][2] for e in events):
             rerun_after_finish.append(task_id)
-        if len([e for e in events if e[0] == "start"]) > 1:
+        starts = [e[2] for e in events if e[0] == "start"]
+        if len(starts) > 1:
             recovered += 1
+            rerun_after_s.append(round(starts[1] - starts[0], 1))
     with fleet.cluster.connect(DBNAME) as conn:
         # Attempts past the first: leases that expired and were recovered
         # (a claim whose answer the blackhole swallowed never shows in the journal).
@@ -238,6 +241,7 @@ def _verdict(fleet: Fleet) -> dict:
         "tasks_run": len(runs), "unfinished": fleet.unfinished(),
         "finished_then_rerun": len(rerun_after_finish), "finished_twice": len(finished_twice),
         "run_more_than_once": recovered,
+        "rerun_after_s": sorted(rerun_after_s),
     }
 
 
