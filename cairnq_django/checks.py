@@ -14,6 +14,7 @@ from django.db import DEFAULT_DB_ALIAS
 from django.utils.module_loading import import_string
 
 from .conf import DEFAULTS, DURATION_KEYS, cairnq_settings, to_ms
+from .connection_options import connection_options_errors
 from .flow.limit_parsing import limit_from_setting
 from .retention import retention_config_errors
 from .schedules.config import SETTING, Schedule, read_schedule
@@ -51,7 +52,7 @@ def check_settings(
             value = to_ms(user[key])
         except TypeError:
             value = -1
-        if key in ("MAX_RUN", "WORKER_CONN_MAX_AGE") and user[key] is None:
+        if key in ("MAX_RUN", "WORKER_CONN_MAX_AGE", "WORKER_STATEMENT_TIMEOUT") and user[key] is None:
             continue
         if value is None or value < 0:
             errors.append(
@@ -110,7 +111,17 @@ def check_settings(
         for message, hint in retention_config_errors(user.get("RETENTION"))
     ]
     errors += _check_limits(user.get("LIMITS", DEFAULTS["LIMITS"]))
+    errors += [
+        Error(message, hint=_CONNECTION_OPTIONS_HINT, id="cairnq.E050")
+        for message in connection_options_errors(user.get("CONNECTION_OPTIONS"))
+    ]
     return errors
+
+
+_CONNECTION_OPTIONS_HINT = (
+    'e.g. {"keepalives_idle": 10, "tcp_user_timeout": 15000}; None drops one default, '
+    "False all of them (see docs/database-setup.md)."
+)
 
 
 _LIMITS_HINT = (

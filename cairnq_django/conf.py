@@ -50,6 +50,15 @@ DEFAULTS: dict[str, Any] = {
     # the alias's CONN_MAX_AGE is 0 (Django's default, tuned for requests):
     # reconnecting per task costs more than most tasks. None keeps CONN_MAX_AGE.
     "WORKER_CONN_MAX_AGE": 300_000,
+    # PostgreSQL: libpq parameters (keepalives, tcp_user_timeout, connect_timeout)
+    # the worker's, the listener's and wait()'s connections get, under the
+    # alias's own OPTIONS (connection_options.py). A dict replaces single
+    # defaults (None drops one); False turns them off.
+    "CONNECTION_OPTIONS": None,
+    # PostgreSQL: statement_timeout for the worker's claims, renewals and
+    # completions, so a statement stuck on a lock or a dead path ends well
+    # before its lease does. None: a third of the lease; 0: none.
+    "WORKER_STATEMENT_TIMEOUT": None,
     "RETRY_BACKOFF_BASE": 1_000,
     "RETRY_BACKOFF_CAP": 30_000,
     # Dotted path to a callable(exc, context_dict) for errors the worker survives.
@@ -86,6 +95,7 @@ DURATION_KEYS = {
     "MAX_RUN",
     "SHUTDOWN_TIMEOUT",
     "WORKER_CONN_MAX_AGE",
+    "WORKER_STATEMENT_TIMEOUT",
     "RETRY_BACKOFF_BASE",
     "RETRY_BACKOFF_CAP",
     "SWEEP_INTERVAL",

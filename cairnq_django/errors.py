@@ -34,16 +34,26 @@ class HeartbeatLate(CairnQError):
     """A worker's heartbeat ran more than one interval late; leases were at risk.
 
     Not raised: the worker passes it to the ON_ERROR hook (phase "execute").
-    Something held the GIL or starved the process of CPU, and a beat later
-    than the lease lets another worker run the tasks in `task_ids` again.
+    `cause` says where the time went: "cpu" when the beat itself started late
+    (something held the GIL or starved the process of CPU), "database" when
+    the previous renewal statement took that long (a row lock, a slow or
+    broken network, an overloaded server). `renewal_ms` is how long that
+    renewal took, `started_late_ms` how late the beat woke up after it. A beat
+    later than the lease lets another worker run the tasks in `task_ids` again.
     """
 
     def __init__(
-        self, *, late_ms: int, interval_ms: int, lease_ms: int, task_ids: list[str]
+        self, *, late_ms: int, interval_ms: int, lease_ms: int, task_ids: list[str],
+        cause: str = "cpu", renewal_ms: int = 0, started_late_ms: int | None = None,
     ) -> None:
+        where = (
+            f"the previous renewal took {renewal_ms} ms in the database or network"
+            if cause == "database"
+            else "the beat started late (CPU or GIL)"
+        )
         super().__init__(
             f"The heartbeat ran {late_ms} ms late (interval {interval_ms} ms, lease "
-            f"{lease_ms} ms); "
+            f"{lease_ms} ms; {where}); "
             + (
                 "the lease of 1 in-flight task was at risk."
                 if len(task_ids) == 1
@@ -54,6 +64,9 @@ class HeartbeatLate(CairnQError):
         self.interval_ms = interval_ms
         self.lease_ms = lease_ms
         self.task_ids = list(task_ids)
+        self.cause = cause
+        self.renewal_ms = renewal_ms
+        self.started_late_ms = late_ms if started_late_ms is None else started_late_ms
 
 
 class SerializationError(CairnQError, ValueError):

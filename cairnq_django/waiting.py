@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from django.db import InterfaceError, OperationalError, connections
 
 from .conf import cairnq_settings
+from .connection_options import apply_to_open_connection
 from .errors import CairnQError, TaskCanceled, TaskFailed, TaskTimeout
 from .pooling import release
 from .records import TaskRecord, TaskStatus
@@ -159,6 +160,7 @@ class _Poll:
         self.outage_since: float | None = None
         self.outage_total = 0.0
         self.reconnect_interval = min(RECONNECT_INITIAL_S, self.ceiling)
+        self._tuned: object = None  # the raw connection given TCP options last
 
     def probe(self) -> TaskRecord | None:
         """check(), giving the connection back to its pool if the wait goes on to sleep."""
@@ -215,6 +217,7 @@ class _Poll:
 
     def _check(self) -> TaskRecord | None:
         store, key = self.store, self.key
+        self._tcp_options()
         probe: TaskStatus | None = (
             store.get_status(self.lookup) if key is None else store.get_status_by_key(key)
         )
@@ -251,6 +254,19 @@ class _Poll:
                 snapshot=snapshot,
             )
         return None
+
+    def _tcp_options(self) -> None:
+        """Give the connection this wait probes on CairnQ's TCP options, once per connection.
+
+        So a probe on a connection the network stopped carrying fails in
+        seconds (and the wait reconnects) instead of hanging until TCP gives up.
+        """
+        connection = connections[self.store.using]
+        connection.ensure_connection()
+        raw = connection.connection
+        if raw is not None and raw is not self._tuned:
+            apply_to_open_connection(self.store.using)
+            self._tuned = raw
 
     def next_sleep(self) -> float:
         """Seconds to sleep before the next probe; grows the interval for the one after."""

@@ -104,6 +104,26 @@ ensure_chromium() {
     export CAIRNQ_REQUIRE_BROWSER="${CAIRNQ_REQUIRE_BROWSER:-1}"
 }
 
+# For tests/reliability/test_network_faults.py (root only): iptables for the
+# faults, and netfilterqueue in the venv for its 200 ms latency phase (the
+# kernel has no sch_netem; libnetfilter-queue-dev is what it builds against).
+# Without root or apt-get the test skips, saying why.
+ensure_netfaults() {
+    if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null 2>&1; then
+        return 0
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    if ! command -v iptables >/dev/null 2>&1 || [ ! -e /usr/include/libnetfilter_queue/libnetfilter_queue.h ]; then
+        log "Installing iptables and libnetfilter-queue-dev with apt-get"
+        apt-get -o DPkg::Lock::Timeout=600 update -qq >/dev/null
+        apt-get -o DPkg::Lock::Timeout=600 install -y -qq iptables libnetfilter-queue-dev >/dev/null
+    fi
+    if ! "$VENV/bin/python" -c "import netfilterqueue" 2>/dev/null; then
+        "$VENV/bin/python" -m pip install --quiet "netfilterqueue==1.1.0" ||
+            log "netfilterqueue did not install; the network test skips its latency phase"
+    fi
+}
+
 # Start a PgBouncer in transaction pooling mode in front of 127.0.0.1:5432, for
 # tests/test_pgbouncer.py, installing Debian's pgbouncer when missing. Exports
 # CAIRNQ_PGBOUNCER_PORT (and CAIRNQ_REQUIRE_PGBOUNCER=1, so those tests fail

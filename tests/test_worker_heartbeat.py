@@ -241,6 +241,7 @@ def test_a_late_heartbeat_reaches_on_error_as_heartbeat_late(live_store, caplog)
     assert exc.late_ms > exc.interval_ms
     assert exc.task_ids == [task.id] and context["task_ids"] == [task.id]
     assert "The heartbeat ran" in caplog.text and "held the GIL" in caplog.text
+    assert exc.cause == "cpu"
     # Logged once as the heartbeat's warning, not again as a recovered error.
     assert not [
         r for r in caplog.records if r.exc_info and isinstance(r.exc_info[1], HeartbeatLate)
@@ -350,3 +351,41 @@ def test_a_completion_written_elsewhere_that_lost_its_lease_flags_the_context(
     assert ctx.lost_lease and not ctx.settled and not ctx.settled_or_settling()
     assert ctx.wait_lost_lease(0)
     assert ctx.fail_unsettled({"code": "x", "message": "y"}, True) is None
+
+
+@postgres_only
+def test_a_renewal_held_on_a_row_lock_is_blamed_on_the_database_not_the_cpu(
+    live_store, caplog, settings
+):
+    # No statement timeout, so the renewal waits for the lock as long as it is held.
+    settings.CAIRNQ = {"WORKER_STATEMENT_TIMEOUT": 0}
+    started = threading.Event()
+    reg = Registry()
+    reg.register("hb.slow", lambda ctx, payload: (started.set(), time.sleep(6)))
+    task = enqueue("hb.slow", {}, max_attempts=1)
+    errors = []
+    worker = Worker(
+        registry=reg, burst=True, lease_ms=3_000, poll_ms=10_000,
+        on_error=lambda exc, context: errors.append((exc, context)),
+    )
+    runner = threading.Thread(target=worker.run)
+    with caplog.at_level(logging.WARNING, logger="cairnq_django.worker"):
+        runner.start()
+        assert started.wait(30)
+        params = connections["default"].get_connection_params()
+        params.pop("cursor_factory", None)
+        import psycopg
+
+        with psycopg.connect(**params) as other:
+            # The task's row lock, held ~3 s: the next renewal waits on it.
+            other.execute("SELECT 1 FROM cairnq_tasks WHERE id = %s FOR UPDATE", [task.id])
+            time.sleep(3)
+            other.rollback()
+        runner.join(60)
+    late = [exc for exc, _ in errors if isinstance(exc, HeartbeatLate) and exc.task_ids]
+    assert late, errors
+    assert late[0].cause == "database", late[0]
+    assert late[0].renewal_ms > late[0].interval_ms
+    assert "took" in caplog.text and "in the database or on the network" in caplog.text
+    assert "held the GIL" not in caplog.text
+    assert get(task.id).status == "succeeded"

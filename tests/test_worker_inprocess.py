@@ -256,8 +256,10 @@ def test_a_completion_the_database_keeps_refusing_is_reported_and_left_to_recove
     reg = Registry()
     reg.register("ip.stuck", lambda ctx, payload: "done")
     task = enqueue("ip.stuck", {})
+    # The settler retries for up to a lease (the heartbeat keeps renewing it
+    # here, as the database only refuses the completion): a short one.
     worker = Worker(
-        registry=reg, burst=True, concurrency=1,
+        registry=reg, burst=True, concurrency=1, lease_ms=1_500,
         on_error=lambda exc, context: errors.append((exc, context)),
     )
     worker.store = live_store

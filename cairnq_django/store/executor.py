@@ -21,10 +21,11 @@ from ..models import ProtocolMeta
 from ..records import PROTOCOL_VERSION, TaskRecord
 from ..tables import known_missing_tables
 from . import sql
-from .django_private import select_sql
+from .django_private import is_client_binding, select_sql
 from .encoding import record
 from .protocol_statements import task_columns, tasks_of
 from .statement_cache import Statement
+from .timeouts import statement_prefix
 
 _verified_aliases: set[str] = set()
 _verify_lock = threading.Lock()
@@ -93,7 +94,13 @@ class Executor:
         self.verify_protocol()
         sql_text, params = statement.bind(self.using, values or {}, shape, rows, now)
         with connections[self.using].cursor() as cursor:
-            cursor.execute(sql_text, params)
+            prefix = statement_prefix() if self.dialect.vendor == "postgresql" else None
+            if prefix is not None and is_client_binding(cursor):
+                # The worker's statement timeout, in the same round trip (timeouts.py).
+                cursor.execute(prefix + sql_text, params)
+                cursor.nextset()
+            else:
+                cursor.execute(sql_text, params)
             return cursor.fetchall() if _returns_rows(cursor) else []
 
     def run_sql(self, sql_text: str, params: Sequence[Any] = ()) -> None:

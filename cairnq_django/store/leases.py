@@ -44,6 +44,7 @@ from .protocol_statements import (
     draw_values,
 )
 from .statement_cache import Statement
+from .timeouts import statement_prefix
 
 # Rows per grouped-completion statement: 3 parameters each.
 _GROUP_ROWS = 500
@@ -264,7 +265,12 @@ class LeaseOperations:
                 # A third statement of the same transaction, seeing the claim's changes.
                 notify, notify_params = drained_notify_sql(self.using, queues, *announce)
                 text, params = f"{text}; {notify}", [*params, *notify_params]
+            prefix = statement_prefix()
+            if prefix is not None:  # the worker's statement timeout (timeouts.py)
+                text = prefix + text
             cursor.execute(text, params)
+            if prefix is not None:
+                cursor.nextset()  # past the SET LOCAL, which returns no rows
             # The recovery's own rows come back anyway; nearly always none.
             recovered = [record(row) for row in cursor.fetchall()]
             cursor.nextset()

@@ -24,6 +24,7 @@ from typing import Any
 from django.db import connections
 
 from ..conf import cairnq_settings
+from ..connection_options import connection_options
 from ..drained import DRAINED_CHANNEL, parse_announcement
 from ..records import DONE_CHANNEL, QUEUED_CHANNEL
 from ..store import sql
@@ -52,7 +53,9 @@ RECENT_DONE_LIMIT = 1024
 
 def postgres_params(alias: str) -> dict[str, Any]:
     """The connection parameters of `alias`, for a bare psycopg LISTEN connection."""
-    params = dict(connections[alias].get_connection_params())
+    # CairnQ's TCP options under the alias's own: a LISTEN connection is idle
+    # by nature, and without keepalives a dead one is never noticed.
+    params = {**connection_options(), **connections[alias].get_connection_params()}
     # Django's cursor class and pool options mean nothing to a bare LISTEN connection.
     for key in ("cursor_factory", "pool"):
         params.pop(key, None)

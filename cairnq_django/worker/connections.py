@@ -9,6 +9,10 @@ checks on so a connection the server dropped is replaced before it is used.
 An alias with Django's connection pool (OPTIONS["pool"]) is left alone: Django
 refuses a pool with a persistent CONN_MAX_AGE, and the pool already keeps the
 sessions open; the worker gives pooled connections back instead (pooling.py).
+
+On PostgreSQL the aliases also get CairnQ's TCP options while the worker runs
+(connection_options.py), so a connection the network stopped carrying is
+dropped in seconds, not when TCP gives up.
 """
 
 from __future__ import annotations
@@ -16,7 +20,20 @@ from __future__ import annotations
 from django.db import connections
 
 from ..conf import cairnq_settings
+from ..connection_options import WorkerConnectionOptions
 from ..pooling import is_pooled
+
+
+def statement_timeout_ms(lease_ms: int) -> int | None:
+    """The statement timeout of the worker's own statements: WORKER_STATEMENT_TIMEOUT or lease/3.
+
+    A third of the lease, like the heartbeat's interval: a renewal stuck that
+    long is cut off with a beat of slack left before the lease runs out.
+    """
+    setting = cairnq_settings.WORKER_STATEMENT_TIMEOUT
+    if setting is None:
+        return max(1, lease_ms // 3)
+    return setting or None
 
 
 class WorkerConnectionPolicy:
@@ -24,8 +41,10 @@ class WorkerConnectionPolicy:
 
     def __init__(self) -> None:
         self._saved: dict[str, tuple[object, object]] = {}
+        self._options = WorkerConnectionOptions()
 
     def apply(self) -> None:
+        self._options.apply()
         lifetime_ms = cairnq_settings.WORKER_CONN_MAX_AGE
         if lifetime_ms is None:
             return
@@ -45,3 +64,4 @@ class WorkerConnectionPolicy:
             config["CONN_MAX_AGE"] = max_age
             config["CONN_HEALTH_CHECKS"] = health
         self._saved.clear()
+        self._options.restore()

@@ -126,6 +126,10 @@ class TaskContext:
         self.snoozed_ms: int | None = None
         #: Set once the worker logged this attempt's end and sent its signal.
         self.ended = False
+        # When (monotonic) the last claim or renewal of the lease answered:
+        # the server set its expiry no later than that, so the lease has
+        # certainly expired one lease after it (see lease_expired_by).
+        self.lease_renewed_at = time.monotonic()
 
     def __repr__(self) -> str:
         return f"<TaskContext {self.name} {self.task_id} attempt={self.attempt}>"
@@ -291,9 +295,15 @@ class TaskContext:
 
     def heartbeat(self) -> TaskRecord:
         """Renew the lease now (the worker already does this every lease/3)."""
-        return self._owned(
+        row = self._owned(
             lambda: self._store.heartbeat(self.task_id, self._worker_id, self._lease_ms)
         )
+        self.lease_renewed_at = time.monotonic()
+        return row
+
+    def lease_expired_by(self) -> float:
+        """The monotonic time by which this attempt's lease has certainly expired, unless renewed."""
+        return self.lease_renewed_at + self._lease_ms / 1000
 
     def canceled(self) -> bool:
         """Return True if someone asked for this task to be canceled (or it is gone)."""

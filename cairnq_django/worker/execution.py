@@ -206,7 +206,8 @@ class Execution:
     ) -> None:
         """On the settler thread: the outcome of a completion _complete_later handed over."""
         try:
-            if retry and isinstance(error, (OperationalError, InterfaceError)):
+            if (retry and isinstance(error, (OperationalError, InterfaceError))
+                    and not getattr(error, "cairnq_retried", False)):
                 # Worth one more write, as complete_unsettled gives its own:
                 # the handler's work is done, and losing its completion to a
                 # connection the server dropped would run it again.

@@ -6,7 +6,9 @@ C extension that computes without releasing it, or far more busy threads than
 CPUs, keeps this thread from waking on time. A beat that comes more than one
 interval late is therefore reported (logged, and passed to the ON_ERROR hook
 as HeartbeatLate), because a beat later than the lease lets another worker
-recover the task and run it a second time.
+recover the task and run it a second time. The report names the cause: the
+time the previous renewal statement spent in the database (a row lock, the
+network) is told apart from a beat that woke late (CPU, GIL).
 
 Nor should the database's own pace hold a beat back. A renewal is soft state
 (lost in a crash, a lease just ends sooner), so where the dialect
@@ -35,6 +37,8 @@ from django.db.utils import Error as DatabaseError
 from ..errors import HeartbeatLate
 from ..pooling import release
 from ..store import Store, sql
+from ..store.timeouts import bounded_statements
+from .connections import statement_timeout_ms
 from .context import TaskContext
 
 logger = logging.getLogger("cairnq_django.worker")
@@ -84,8 +88,13 @@ class Heartbeat(threading.Thread):
         self._stop_event.set()
 
     def run(self) -> None:
+        with bounded_statements(statement_timeout_ms(self.lease_ms)):
+            self._run()
+
+    def _run(self) -> None:
         try:
             due = time.monotonic() + self.interval_s
+            renewed_at, previous_renewal_s = 0.0, 0.0
             while not self._stop_event.is_set():
                 self._stop_event.wait(max(0.0, min(due - time.monotonic(), _TICK_S)))
                 now = time.monotonic()
@@ -94,13 +103,20 @@ class Heartbeat(threading.Thread):
                 if now < due:
                     continue
                 late = now - due
+                # The part of the lateness the previous renewal itself spent in
+                # the database: the thread could not wait for `due` while in it.
+                in_renewal = min(late, max(0.0, renewed_at - due))
                 # Renew first: the leases are what is at risk. Then report.
                 at_risk = self._at_risk(due) if late > self.interval_s else None
+                renewal_started = time.monotonic()
                 self._safely(self.beat)
+                renewed_at = time.monotonic()
+                renewal_s = renewed_at - renewal_started
                 release(self.store.using)
                 due = now + self.interval_s
                 if at_risk is not None:
-                    self._report_late(late, at_risk)
+                    self._report_late(late, in_renewal, previous_renewal_s, at_risk)
+                previous_renewal_s = renewal_s
         finally:
             connections.close_all()
 
@@ -118,8 +134,10 @@ class Heartbeat(threading.Thread):
             # Reconnect on the next beat instead of reusing a broken connection.
             connections[self.store.using].close()
             raise
+        renewed_at = time.monotonic()
         for ctx in live:
             if ctx.task_id in held:
+                ctx.lease_renewed_at = renewed_at
                 ctx.observe_cancel(held[ctx.task_id])
             elif ctx.mark_lost_unless_settling():
                 # Not settled or being settled here: another worker has it.
@@ -148,18 +166,33 @@ class Heartbeat(threading.Thread):
     def _live(self) -> list[TaskContext]:
         return [c for c in self.in_flight() if not c.settled and not c.lost_lease]
 
-    def _report_late(self, late_s: float, at_risk: list[TaskContext]) -> None:
+    def _report_late(
+        self, late_s: float, in_renewal_s: float, renewal_s: float, at_risk: list[TaskContext]
+    ) -> None:
         self.late_beats += 1
         tasks = len(at_risk)
-        logger.warning(
-            "The heartbeat ran %d ms late (interval %d ms, lease %d ms). Something held the "
-            "GIL or starved this worker of CPU: a handler calling a C extension that does "
-            "not release the GIL, or more busy threads than the machine has cores. The "
-            "leases of %d in-flight task(s) are at risk: a beat later than the lease lets "
-            "another worker run the same task again. Move such work to a subprocess, lower "
-            "--concurrency, or raise --lease.",
-            late_s * 1000, self.interval_s * 1000, self.lease_ms, tasks,
-        )
+        started_late_s = late_s - in_renewal_s
+        cause = "database" if in_renewal_s >= started_late_s else "cpu"
+        if cause == "database":
+            logger.warning(
+                "The heartbeat ran %d ms late (interval %d ms, lease %d ms) because its previous "
+                "lease renewal took %d ms in the database or on the network: a row lock held by "
+                "another session, a slow or broken network path, or an overloaded server (the "
+                "beat itself started %d ms late). The leases of %d in-flight task(s) are at "
+                "risk: a beat later than the lease lets another worker run the same task again.",
+                late_s * 1000, self.interval_s * 1000, self.lease_ms, renewal_s * 1000,
+                started_late_s * 1000, tasks,
+            )
+        else:
+            logger.warning(
+                "The heartbeat ran %d ms late (interval %d ms, lease %d ms): the beat itself "
+                "started late, so something held the GIL or starved this worker of CPU: a "
+                "handler calling a C extension that does not release the GIL, or more busy "
+                "threads than the machine has cores. The leases of %d in-flight task(s) are "
+                "at risk: a beat later than the lease lets another worker run the same task "
+                "again. Move such work to a subprocess, lower --concurrency, or raise --lease.",
+                late_s * 1000, self.interval_s * 1000, self.lease_ms, tasks,
+            )
         if self.on_late is None:
             return
         late = HeartbeatLate(
@@ -167,6 +200,9 @@ class Heartbeat(threading.Thread):
             interval_ms=round(self.interval_s * 1000),
             lease_ms=self.lease_ms,
             task_ids=[c.task_id for c in at_risk],
+            cause=cause,
+            renewal_ms=round(renewal_s * 1000),
+            started_late_ms=round(started_late_s * 1000),
         )
         try:
             self.on_late(late)

@@ -102,6 +102,13 @@ class InFlight:
             calls += [call for at, call in self._released if at >= since]
         return [ctx for call in calls for ctx in call.contexts]
 
+    def lease_expired_by(self, task_id: str) -> float | None:
+        """When the lease of in-flight task `task_id` has certainly expired (monotonic), if known."""
+        for ctx in self.contexts():
+            if ctx.task_id == task_id:
+                return ctx.lease_expired_by()
+        return None
+
     def overdue(self, now: float) -> list[Call]:
         """Calls whose handler still runs past its deadline (monotonic `now`)."""
         return [

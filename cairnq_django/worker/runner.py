@@ -33,10 +33,11 @@ from ..ids import ulid
 from ..pooling import release
 from ..records import Limit, TaskRecord
 from ..store import get_store
+from ..store.timeouts import bounded_statements
 from ..tables import check_tables
 from ..wakeup import Wakeup, get_wakeup
 from ..workflows import STEP_KEY
-from .connections import WorkerConnectionPolicy
+from .connections import WorkerConnectionPolicy, statement_timeout_ms
 from .context import TaskContext
 from .due import DueTimes
 from .envelopes import shutdown_envelope, timeout_envelope
@@ -75,7 +76,9 @@ _DB_RETRY_FIRST_S = 0.25
 # How often the claim loop refreshes planner statistics where the database
 # needs it (SQLite's PRAGMA optimize), besides once at start.
 _STATISTICS_EVERY_S = 3600.0
-_DB_RETRY_MAX_S = 5.0
+# Kept short: after a network outage a pause is most of the time it takes to
+# claim again (a connect into a dead path already waits connect_timeout).
+_DB_RETRY_MAX_S = 2.0
 # Upper bound on any single wait of the loop, so stop() is noticed promptly.
 _SLICE_S = 0.2
 # A task due this little before an idle sleep's end is left to that end.
@@ -148,7 +151,11 @@ class Worker:
         self._write_gate: AbstractContextManager[Any] = (
             threading.Lock() if self.store.dialect.serializes_writes else nullcontext()
         )
-        self.settler = Settler(self.store, write_gate=self._write_gate)
+        self.settler = Settler(
+            self.store, write_gate=self._write_gate,
+            statement_timeout_ms=statement_timeout_ms(self.options.lease_ms),
+            lease_expired_by=self._in_flight.lease_expired_by, lease_ms=self.options.lease_ms,
+        )
         # PostgreSQL: VACUUM the queue table after enough claims (upkeep.py says why).
         self._upkeep = TableUpkeep(self.store, self.report)
         self.execution = Execution(
@@ -262,7 +269,8 @@ class Worker:
         _close_connection(self.using)
         self._start()
         try:
-            self._loop(after_first_poll)
+            with bounded_statements(statement_timeout_ms(self.options.lease_ms)):
+                self._loop(after_first_poll)
         finally:
             self._shutdown()
 

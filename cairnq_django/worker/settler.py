@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 from contextlib import AbstractContextManager
@@ -38,11 +39,18 @@ from ..pooling import release
 from ..records import TaskRecord
 from ..store import Store
 from ..store.encoding import encode_result
+from ..store.timeouts import bounded_statements
 
 logger = logging.getLogger("cairnq_django.worker")
 
 # Bounds one group's transaction (and so how long it holds SQLite's write lock).
 MAX_GROUP = 64
+# Retrying a completion through an outage: the first pause, and the longest.
+RETRY_INITIAL_S = 0.1
+RETRY_MAX_S = 2.0
+# Past the computed expiry, in case the database's clock runs a little slow
+# against ours; a retry after the lease is gone writes nothing anyway.
+LEASE_SLACK_S = 1.0
 
 
 class _Item:
@@ -115,11 +123,26 @@ class _Item:
         return cast(TaskRecord, self._row)
 
 
+class _GaveUp(Exception):
+    """Retrying a group's write ended with every item given its outcome."""
+
+
 class Settler:
     """One thread that commits completions in groups for the handler threads."""
 
-    def __init__(self, store: Store, *, write_gate: AbstractContextManager[Any]) -> None:
+    def __init__(
+        self, store: Store, *, write_gate: AbstractContextManager[Any],
+        statement_timeout_ms: int | None = None,
+        lease_expired_by: Callable[[str], float | None] | None = None,
+        lease_ms: int | None = None,
+    ) -> None:
         self.store = store
+        self.statement_timeout_ms = statement_timeout_ms
+        # When a task's lease has certainly expired (monotonic), for the retries.
+        self._lease_expired_by = lease_expired_by
+        self._lease_s = lease_ms / 1000 if lease_ms else None
+        # Set when the worker stops waiting for this thread: retries end.
+        self._give_up = threading.Event()
         # Shared with the worker's claim loop on SQLite, so the two take the
         # write lock in turn instead of meeting in SQLite's busy handler.
         self._gate = write_gate
@@ -158,6 +181,9 @@ class Settler:
             self._open = False
             self._items.put(None)
         self._thread.join(timeout)
+        if self._thread.is_alive():  # retrying through an outage: leave it to recovery
+            self._give_up.set()
+            self._thread.join(1.0)
 
     def complete(self, task_id: str, worker_id: str, result: Any) -> TaskRecord:
         """Complete one run through the next group; block until it is committed.
@@ -194,6 +220,10 @@ class Settler:
 
     # ------------------------------------------------------------ the thread
     def _run(self) -> None:
+        with bounded_statements(self.statement_timeout_ms):
+            self._serve()
+
+    def _serve(self) -> None:
         try:
             while True:
                 first = self._items.get()
@@ -221,8 +251,11 @@ class Settler:
 
     def _write_group(self, group: list[_Item]) -> None:
         try:
-            rows = self._attempt(group)
+            group, rows = self._attempt(group)
+        except _GaveUp:
+            return  # every item has its outcome
         except Exception as exc:
+            group = [item for item in group if not item.done()]  # some may be given up
             if len(group) == 1:
                 group[0].set_exception(exc)
                 return
@@ -246,15 +279,64 @@ class Settler:
             else:
                 item.set_result(row)
 
-    def _attempt(self, group: list[_Item]) -> list[TaskRecord | None]:
-        batch = [(i.task_id, i.worker_id, i.result_json) for i in group]
-        try:
-            return self._write(batch)
-        except (OperationalError, InterfaceError):
-            # One reconnect: the tasks are done, and dropping their completion
-            # over a connection the server closed would run them again.
-            connections[self.store.using].close()
-            return self._write(batch)
+    def _attempt(self, group: list[_Item]) -> tuple[list[_Item], list[TaskRecord | None]]:
+        """Write the group, retrying a lost connection while a lease could still be valid.
+
+        The tasks are done: dropping a completion over a broken connection
+        hands the task to lease recovery, which runs it again. So a write that
+        fails on the connection is retried on a fresh one, at once and then
+        with backoff, for as long as any of the tasks' leases could still be
+        valid (renewals go on meanwhile). An item whose lease has certainly
+        expired is given up (its error set, left to recovery); a retry that
+        finds a lease taken writes nothing, by the statement's ownership check.
+        Returns the items still being written, with their rows.
+        """
+        delay = 0.0  # the first retry at once: most often the server closed an idle session
+        # Renewals that keep passing while completions keep failing mean the
+        # database refuses the write itself: one lease of retries is enough.
+        give_up_at = time.monotonic() + self._lease_s if self._lease_s else None
+        while True:
+            batch = [(i.task_id, i.worker_id, i.result_json) for i in group]
+            try:
+                return group, self._write(batch)
+            except (OperationalError, InterfaceError) as exc:
+                connections[self.store.using].close()
+                group = self._still_valid(group, exc, retried=delay > 0, give_up_at=give_up_at)
+                if not group:
+                    raise _GaveUp from exc
+                if self._give_up.wait(delay):
+                    for item in group:
+                        item.set_exception(exc)
+                    raise _GaveUp from exc
+                delay = min(RETRY_MAX_S, max(RETRY_INITIAL_S, delay * 2))
+
+    def _still_valid(
+        self, group: list[_Item], exc: Exception, *, retried: bool, give_up_at: float | None
+    ) -> list[_Item]:
+        """The items worth another write; the others get `exc` as their outcome."""
+        now = time.monotonic()
+        keep = []
+        exc.cairnq_retried = True  # type: ignore[attr-defined]  # execution.py: no retry of its own
+        for item in group:
+            expired_by = self._lease_expired_by(item.task_id) if self._lease_expired_by else None
+            if expired_by is not None and give_up_at is not None:
+                expired_by = min(expired_by, give_up_at - LEASE_SLACK_S)
+            # Unknown lease: one more write at once, then it is recovery's.
+            if (now < expired_by + LEASE_SLACK_S) if expired_by is not None else not retried:
+                keep.append(item)
+                continue
+            logger.warning(
+                "Gave up writing the completion of %s: the database was unreachable (%s) until "
+                "its lease had expired. Lease recovery will run it again.",
+                item.task_id, str(exc).strip(),
+            )
+            item.set_exception(exc)
+        if keep and not retried:
+            logger.warning(
+                "Writing %d completion(s) failed on the connection (%s); retrying on a fresh "
+                "one while their leases last.", len(keep), str(exc).strip(),
+            )
+        return keep
 
     def _write(self, batch: list[tuple[str, str, str | None]]) -> list[TaskRecord | None]:
         ids = Counter(task_id for task_id, _, _ in batch)

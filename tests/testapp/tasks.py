@@ -252,4 +252,21 @@ def interval(ctx, payload):
 # The same handler under a second name, for a limit on one task name.
 task("tests.interval_capped")(interval)
 
+
+@task("tests.net_journal")
+def net_journal(ctx, payload):
+    """Append "start" and "end" lines with the task id and pid to a file (test_network_faults).
+
+    Lines this short are written whole by one O_APPEND write, so the worker
+    processes can share the file.
+    """
+    path = payload["path"]
+    with open(path, "a") as out:
+        out.write(f"start {ctx.task_id} {os.getpid()} {time.time():.3f} {payload['ms']}\n")
+    time.sleep(payload["ms"] / 1000)
+    with open(path, "a") as out:
+        out.write(f"end {ctx.task_id} {os.getpid()} {time.time():.3f} {payload['ms']}\n")
+    return {"pid": os.getpid()}
+
+
 from . import workflow_tasks  # noqa: E402,F401 - registers the workflow tests' handlers
