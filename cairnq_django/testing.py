@@ -204,7 +204,7 @@ class TaskRunner:
             if isinstance(exc, Snooze):
                 ctx.snooze_unsettled(exc.delay_ms)
             elif not isinstance(exc, LostLease) and not ctx.settled and not ctx.lost_lease:
-                envelope, retryable = as_envelope(exc, True)
+                envelope, retryable = as_envelope(exc, registration.retries(exc))
                 ctx.fail(envelope, retryable=retryable)
         else:
             if not ctx.settled and not ctx.lost_lease:

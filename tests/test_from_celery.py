@@ -145,3 +145,79 @@ def test_delay_and_apply_async_tasks_run_in_a_real_worker(live_store, child_env)
     done = get(applied.id)
     assert (done.status, done.queue, done.priority) == ("succeeded", "celery", 3)
     assert done.result == {"echo": {"value": "applied"}, "attempt": 1}
+
+
+# ------------------------------------------------- autoretry_for and retry_backoff
+class Flaky(Exception):
+    pass
+
+
+@pytest.fixture
+def picky(clean_registry):
+    @task("celerydoc.test_picky", max_attempts=3, autoretry_for=(Flaky,), retry_backoff=5,
+          retry_backoff_max=60)
+    def picky(ctx, payload):
+        raise Flaky("again") if payload["raise"] == "flaky" else ValueError("broken")
+
+    return picky
+
+
+def test_autoretry_for_retries_only_the_exceptions_it_names(db, picky):
+    with run_tasks(retries=True, raise_exceptions=False) as tasks:
+        flaky, broken = picky.delay(**{"raise": "flaky"}), picky.delay(**{"raise": "broken"})
+        tasks.drain()
+    # run_tasks retries at once: the named exception used every attempt, the other one.
+    assert (get(flaky.id).status, get(flaky.id).attempt) == ("failed", 3)
+    assert (get(broken.id).status, get(broken.id).attempt) == ("failed", 1)
+
+
+def test_autoretry_for_leaves_a_task_error_its_own_say(db, clean_registry):
+    from cairnq_django import TaskError
+
+    @task("celerydoc.test_own_say", max_attempts=3, autoretry_for=(Flaky,))
+    def own_say(ctx, payload):
+        raise TaskError("busy", "Try later.", retryable=True)
+
+    with run_tasks(retries=True, raise_exceptions=False) as tasks:
+        sent = own_say.delay()
+        tasks.drain()
+    assert (get(sent.id).status, get(sent.id).attempt) == ("failed", 3)
+
+
+@pytest.mark.parametrize(("options", "expected"), [
+    ({}, None),
+    ({"retry_backoff": True}, (1_000, 600_000)),
+    ({"retry_backoff": 2, "retry_backoff_max": 30}, (2_000, 30_000)),
+    ({"retry_backoff": False}, (0, 600_000)),
+])
+def test_retry_backoff_reads_as_in_celery(clean_registry, options, expected):
+    registration = registry.register("celerydoc.test_backoff", lambda ctx, p: None, **options)
+    assert registration.retry_backoff_ms == expected
+
+
+@pytest.mark.parametrize(("options", "message"), [
+    ({"autoretry_for": "ValueError"}, "autoretry_for for task 'celerydoc.test_bad' must be"),
+    ({"autoretry_for": (ValueError, 3)}, "autoretry_for for task 'celerydoc.test_bad' must be"),
+    ({"retry_backoff": -1}, "retry_backoff for task 'celerydoc.test_bad' must be a number"),
+    ({"retry_backoff_max": 10}, "retry_backoff_max for task 'celerydoc.test_bad' needs"),
+])
+def test_bad_retry_options_are_refused_by_name(clean_registry, options, message):
+    with pytest.raises((TypeError, ValueError), match=re.escape(message)):
+        registry.register("celerydoc.test_bad", lambda ctx, p: None, **options)
+    assert "celerydoc.test_bad" not in registry
+
+
+@pytest.mark.slow
+def test_a_worker_uses_the_handlers_backoff_and_autoretry_for(live_store, child_env):
+    """A real worker: the named exception is retried after the handler's own backoff window."""
+    from cairnq_django import enqueue
+    from tests.workerutil import run_burst
+
+    flaky = enqueue("tests.celery_picky", {"raise": "flaky"})
+    broken = enqueue("tests.celery_picky", {"raise": "broken"})
+    run_burst(child_env)
+    retried, failed = get(flaky.id), get(broken.id)
+    assert (failed.status, failed.attempt) == ("failed", 1)
+    assert (retried.status, retried.attempt) == ("queued", 1)
+    # retry_backoff=120: the first window is [60 s, 120 s), far past the worker's default 1 s.
+    assert retried.run_at_ms - retried.updated_at_ms >= 60_000

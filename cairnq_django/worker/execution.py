@@ -239,7 +239,7 @@ class Execution:
             for ctx in call.contexts:
                 self._guarded(ctx, partial(ctx.snooze_unsettled, exc.delay_ms))
         elif not isinstance(exc, LostLease):
-            envelope, retryable = as_envelope(exc, True)
+            envelope, retryable = as_envelope(exc, call.registration.retries(exc))
             for ctx in call.contexts:
                 self._guarded(ctx, partial(self._fail, ctx, envelope, retryable))
         self.ended(call, raised=exc)

@@ -37,6 +37,14 @@ class Registration:
     max_attempts: int | None = None
     queue: str | None = None
     priority: int | None = None
+    #: Only these exceptions retry (None: every one does); a TaskError keeps its own say.
+    autoretry_for: tuple[type[BaseException], ...] | None = None
+    #: This handler's backoff (first window, cap) in ms; None: the worker's settings.
+    retry_backoff_ms: tuple[int, int] | None = None
+
+    def retries(self, exc: BaseException) -> bool:
+        """Whether a plain exception `exc` raised by this handler may be retried."""
+        return self.autoretry_for is None or isinstance(exc, self.autoretry_for)
 
     @property
     def draws_alone(self) -> bool:
@@ -63,6 +71,9 @@ class Registry:
         max_attempts: int | None = None,
         queue: str | None = None,
         priority: int | None = None,
+        autoretry_for: Any = None,
+        retry_backoff: Any = None,
+        retry_backoff_max: Any = None,
     ) -> Registration:
         """Register `fn` as the handler of task `name` and return its registration."""
         if not isinstance(name, str) or not name:
@@ -80,6 +91,8 @@ class Registry:
             raise ValueError(f"queue for task {name!r} must be a non-empty string, got {queue!r}.")
         if priority is not None:
             check_int32(f"priority for task {name!r}", priority)
+        retry_on = _exception_types(name, autoretry_for)
+        backoff = _backoff_ms(name, retry_backoff, retry_backoff_max)
         existing = self.handlers.get(name)
         if existing is not None and _identity(existing.fn) != _identity(fn):
             raise ValueError(
@@ -89,6 +102,7 @@ class Registry:
         registration = Registration(
             name=name, fn=fn, is_async=_is_async(fn), batch=batch,
             concurrency=concurrency, max_attempts=max_attempts, queue=queue, priority=priority,
+            autoretry_for=retry_on, retry_backoff_ms=backoff,
         )
         self.handlers[name] = registration
         if self.declares:
@@ -117,6 +131,44 @@ class Registry:
 registry = Registry(declares=True)
 
 
+# Celery's own default for retry_backoff_max: ten minutes.
+_BACKOFF_MAX_S = 600
+
+
+def _exception_types(name: str, value: Any) -> tuple[type[BaseException], ...] | None:
+    if value is None:
+        return None
+    types = tuple(value) if isinstance(value, (tuple, list)) else (value,)
+    if not types or not all(isinstance(t, type) and issubclass(t, BaseException) for t in types):
+        raise TypeError(
+            f"autoretry_for for task {name!r} must be an exception class or a tuple of them, "
+            f"got {value!r}."
+        )
+    return types
+
+
+def _seconds(name: str, option: str, value: Any) -> float:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
+        raise ValueError(f"{option} for task {name!r} must be a number of seconds >= 0, got {value!r}.")
+    return float(value)
+
+
+def _backoff_ms(name: str, backoff: Any, backoff_max: Any) -> tuple[int, int] | None:
+    """(first window, cap) in ms from Celery's retry_backoff / retry_backoff_max, or None."""
+    if backoff is None:
+        if backoff_max is not None:
+            raise ValueError(f"retry_backoff_max for task {name!r} needs retry_backoff as well.")
+        return None
+    # As in Celery: True starts at one second; False retries at once.
+    first = 1.0 if backoff is True else 0.0 if backoff is False else _seconds(
+        name, "retry_backoff", backoff
+    )
+    cap = _BACKOFF_MAX_S if backoff_max is None else _seconds(
+        name, "retry_backoff_max", backoff_max
+    )
+    return int(first * 1000), int(cap * 1000)
+
+
 def _identity(fn: Handler) -> str:
     # Compare by qualified name, not object identity: autoreload and a module
     # imported under two names both re-run the decorator with a new object.
@@ -141,11 +193,15 @@ def register(
     max_attempts: int | None = None,
     queue: str | None = None,
     priority: int | None = None,
+    autoretry_for: Any = None,
+    retry_backoff: Any = None,
+    retry_backoff_max: Any = None,
 ) -> Registration:
     """Register `fn` as the handler for task `name` in the process-wide registry."""
     return registry.register(
         name, fn, batch=batch, concurrency=concurrency, max_attempts=max_attempts, queue=queue,
-        priority=priority,
+        priority=priority, autoretry_for=autoretry_for, retry_backoff=retry_backoff,
+        retry_backoff_max=retry_backoff_max,
     )
 
 
@@ -157,13 +213,18 @@ def task(
     max_attempts: int | None = None,
     queue: str | None = None,
     priority: int | None = None,
+    autoretry_for: Any = None,
+    retry_backoff: Any = None,
+    retry_backoff_max: Any = None,
 ) -> Any:
     """Register a handler: `@task` (named after the function) or `@task("app.name", ...)`.
 
     The decorated function is returned unchanged apart from `enqueue()` and
     `aenqueue()` helpers that submit it by name. Its queue, max_attempts and
     priority hold for every enqueue by name in a process that registered it
-    (declared.py); an enqueue's own arguments win.
+    (declared.py); an enqueue's own arguments win. `autoretry_for`,
+    `retry_backoff` and `retry_backoff_max` mean what they mean in Celery, for
+    the worker that runs this handler (docs/from-celery.md).
     """
 
     def decorate(fn: Handler) -> Handler:
@@ -173,6 +234,8 @@ def task(
         registration = register(
             task_name, fn, batch=batch, concurrency=concurrency,
             max_attempts=max_attempts, queue=queue, priority=priority,
+            autoretry_for=autoretry_for, retry_backoff=retry_backoff,
+            retry_backoff_max=retry_backoff_max,
         )
         _attach_enqueue(fn, registration)
         return fn

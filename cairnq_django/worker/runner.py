@@ -59,7 +59,7 @@ from .planner import (
 )
 from .poison import fail_undecodable
 from .pools import EventLoopThread, HandlerThreads
-from .registry import Registry, autodiscover
+from .registry import Registration, Registry, autodiscover
 from .registry import registry as default_registry
 from .settler import Settler
 from .step_context import StepContext
@@ -500,21 +500,24 @@ class Worker:
         return [
             Call(
                 registration=reg,
-                contexts=[self._context(task) for task in tasks],
+                contexts=[self._context(task, reg) for task in tasks],
                 deadline=deadline,
             )
             for reg, tasks in split_calls(rows, self.handlers)
         ]
 
-    def _context(self, task: TaskRecord) -> TaskContext:
+    def _context(self, task: TaskRecord, registration: Registration) -> TaskContext:
         # One dict lookup: a plain task keeps the plain context and the group commit.
         metadata = task.metadata
         kind = StepContext if type(metadata) is dict and STEP_KEY in metadata else TaskContext
+        base_ms, cap_ms = registration.retry_backoff_ms or (
+            self.options.retry_backoff_base_ms, self.options.retry_backoff_cap_ms
+        )
         return kind(
             store=self.store, task=task, worker_id=self.worker_id,
             lease_ms=self.options.lease_ms,
-            retry_backoff_base_ms=self.options.retry_backoff_base_ms,
-            retry_backoff_cap_ms=self.options.retry_backoff_cap_ms,
+            retry_backoff_base_ms=base_ms,
+            retry_backoff_cap_ms=cap_ms,
             db_executor=self._loop_thread.db_executor if self._loop_thread else None,
         )
 

@@ -270,3 +270,12 @@ def net_journal(ctx, payload):
 
 
 from . import workflow_tasks  # noqa: E402,F401 - registers the workflow tests' handlers
+
+
+class CeleryFlaky(Exception):
+    """The one exception tests.celery_picky retries (test_from_celery)."""
+
+
+@task("tests.celery_picky", max_attempts=3, autoretry_for=(CeleryFlaky,), retry_backoff=120)
+def celery_picky(ctx, payload):
+    raise CeleryFlaky("again") if payload["raise"] == "flaky" else ValueError("broken")
