@@ -41,8 +41,9 @@ def test_the_issue_example_parses():
         "nightly-report", "reports.build", "0 3 * * *", PARIS, "reports"
     )
     assert nightly.payload == {"kind": "daily"}
+    # max_attempts unset: the handler's declared value, else the protocol's 3, at enqueue.
     assert (nightly.missed, nightly.grace_ms, nightly.max_attempts) == (
-        "run-once", DEFAULT_GRACE_MS, 3
+        "run-once", DEFAULT_GRACE_MS, None
     )
     assert feeds.every_ms == 300_000 and feeds.cron is None
     assert feeds.expression == "every 5 minutes"

@@ -202,3 +202,23 @@ def test_time_comes_from_the_queue_database_clock(monkeypatch):
         assert cursor == 86_400_000
     else:
         assert cursor > 1_700_000_000_000
+
+
+def test_a_schedule_takes_its_handlers_declared_options_unless_it_sets_its_own():
+    """Issue 32: a schedule enqueues by name, so the handler's @task options hold there too."""
+    from cairnq_django import task
+    from cairnq_django.worker.registry import registry
+
+    task("tests.declared_for_schedule", queue="reports", max_attempts=5, priority=7)(
+        lambda ctx, payload: None
+    )
+    try:
+        declared, own = (
+            parse_schedule({name: {"task": "tests.declared_for_schedule", "every": 60_000, **spec}})[0]
+            for name, spec in (("declared", {}), ("own", {"queue": "mine", "max_attempts": 1}))
+        )
+        first, second = state.run_now("default", declared), state.run_now("default", own)
+    finally:
+        registry.unregister("tests.declared_for_schedule")
+    assert (first.queue, first.max_attempts, first.priority) == ("reports", 5, 7)
+    assert (second.queue, second.max_attempts, second.priority) == ("mine", 1, 7)

@@ -24,7 +24,7 @@ from django.conf import settings as django_settings
 
 from .. import jsoncodec
 from ..conf import cairnq_settings
-from ..records import DEFAULT_CONFLICT, DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE
+from ..records import DEFAULT_CONFLICT
 from ..validators import (
     INT32_MIN,
     MAX_KEY_LENGTH,
@@ -73,9 +73,11 @@ class Schedule:
     every_ms: int | None = None
     timezone: str | None = None
     payload: Any = None
-    queue: str = DEFAULT_QUEUE
-    priority: int = DEFAULT_PRIORITY
-    max_attempts: int = DEFAULT_MAX_ATTEMPTS
+    # None: what the task's handler declares where it is registered, else the
+    # protocol's default, as for any enqueue by name (declared.py).
+    queue: str | None = None
+    priority: int | None = None
+    max_attempts: int | None = None
     metadata: dict[str, Any] = field(default_factory=dict)
     key: str | None = None
     conflict: str = DEFAULT_CONFLICT

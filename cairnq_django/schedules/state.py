@@ -16,6 +16,7 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 
+from ..declared import row_options
 from ..records import TaskRecord
 from ..store import get_store
 from .config import Schedule
@@ -70,9 +71,13 @@ def _submit(using: str, schedule: Schedule, occurrence_ms: int | None, trigger: 
     }
     if occurrence_ms is not None:
         metadata["occurrence_ms"] = occurrence_ms
+    options = row_options(
+        schedule.task, queue=schedule.queue, priority=schedule.priority,
+        max_attempts=schedule.max_attempts,
+    )
     spec = store.prepare(
-        schedule.task, schedule.payload, queue=schedule.queue, priority=schedule.priority,
-        max_attempts=schedule.max_attempts, metadata=metadata,
+        schedule.task, schedule.payload, queue=options.queue, priority=options.priority,
+        max_attempts=options.max_attempts, metadata=metadata,
     )
     return store.submit_prepared(spec, key=schedule.key, conflict=schedule.conflict)
 

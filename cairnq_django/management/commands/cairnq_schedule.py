@@ -78,7 +78,8 @@ class Command(BaseCommand):
             if schedule is None:
                 self.stdout.write("  not in settings.CAIRNQ['SCHEDULE'] any more: stopped")
             else:
-                self.stdout.write(f"  task      {schedule.task} on queue {schedule.queue!r}")
+                self.stdout.write(f"  task      {schedule.task} on queue "
+                    f"{schedule.queue or 'its handler declares (else default)'!r}")
                 when = schedule.expression
                 if schedule.cron is not None:
                     when += f": {schedule.describe()}"
