@@ -286,9 +286,12 @@ def test_a_failed_tasks_page_shows_its_traceback_as_lines(browser, live_server, 
     page.set_viewport_size({"width": 1400, "height": 900})
     page.goto(f"{live_server.url}/admin/cairnq_django/task/{task.id}/change/")
 
-    block = page.locator("pre.cq-traceback")
+    # The error field; the attempt timeline further down shows the same attempt's error again.
+    field = page.locator(".field-error_json")
+    block = field.locator("pre.cq-traceback")
     assert block.inner_text() == trace
-    assert page.locator("table.cq-error td.cq-error-message").inner_text() == "upstream <smtp> timed out"
+    assert field.locator("table.cq-error td.cq-error-message").inner_text() == "upstream <smtp> timed out"
+    assert page.locator("pre.cq-traceback").count() == 2
     block.scroll_into_view_if_needed()
     ARTIFACTS.mkdir(exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "admin-task-error.png"), full_page=True)
