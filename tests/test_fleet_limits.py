@@ -435,10 +435,12 @@ def test_a_rate_limit_holds_in_every_window_and_is_reached(live_store, child_env
     assert len(starts) == N_RATED == len(runs), (len(starts), len(runs))
     most = most_in_a_window(starts, 1000)
     assert most <= RATE, f"{most} starts in one second"
+    # Reached, not only held: some second took the whole allowance. (How close the fleet
+    # comes to the rate overall depends on the machine's speed: printed below, not asserted.)
+    assert most == RATE, f"no second reached the limit: at most {most} starts"
     # Starts over the whole windows they used: the last window's starts all come at its
     # opening, so (count - 1) / (last - first) would overstate a limiter that holds.
     rate = len(starts) / ((starts[-1] - starts[0]) / 1000 + 1)
-    assert rate >= 0.9 * RATE, f"only {rate:.1f} starts/s"
     # For the record: the same windows over when the handlers began (host clock), which
     # the claim does not control exactly (a task is handed to its thread a moment later).
     handler_starts = sorted(run.start_ns // 1_000_000 for run in runs)
