@@ -315,7 +315,18 @@ def corpus_tasks(store):
     add_schedule_state("nightly", last_task_id=done.id)
     pause_queue("default", by="corpus")
     set_limit("name", "job", concurrency=2, by="corpus")
+    add_workflow()
     return [queued.id, running.id, failed.id, done.id]
+
+
+def add_workflow() -> str:
+    """A workflow of two steps, one released (its task queued) and one waiting on it."""
+    from cairnq_django import Workflow
+
+    wf = Workflow("corpus <b>")
+    first = wf.add("first", "job", {"html": "<script>"})
+    wf.add("second", "job", after=first)
+    return wf.enqueue().id
 
 
 def add_worker(worker_id: str) -> WorkerRecord:

@@ -35,7 +35,7 @@ from .admin_corpus import (
     stored_ids,
     strict_json,
 )
-from .test_admin_hostile import add_schedule_state, add_worker
+from .test_admin_hostile import add_schedule_state, add_worker, add_workflow
 
 # Values a float column can be left holding by another SDK or a direct write.
 # SQLite stores NaN as NULL, so there it checks the others.
@@ -68,6 +68,7 @@ def rows(store):
     add_schedule_state("nightly", last_task_id=tasks["succeeded"].id)
     pause_queue("mail", by="corpus")
     set_limit("key_prefix", "account:", concurrency=1, by="corpus")
+    add_workflow()
     return tasks
 
 
