@@ -489,3 +489,15 @@ def test_a_datetime_argument_keeps_djangos_words_first(store):
         tasks.echo.enqueue(when=timezone.now())
     assert str(info.value).startswith("Unsupported type: <class 'datetime.datetime'>. ")
     assert "keyword argument 'when' is a datetime.datetime" in str(info.value)
+
+
+def test_a_task_sent_through_a_second_alias_reads_back_through_it(store):
+    """Two CairnQ aliases over one database: `.using(backend=...)` results refresh and look up."""
+    config = {"BACKEND": "cairnq_django.backends.CairnQBackend"}
+    with override_settings(TASKS={"default": config, "other": config}):
+        result = tasks.add.using(backend="other").enqueue(2, 3)
+        assert result.backend == "other"
+        result.refresh()
+        found = tasks.add.using(backend="other").get_result(result.id)
+        assert (found.id, found.backend, found.task.backend) == (result.id, "other", "other")
+        assert found.args == [2, 3]
