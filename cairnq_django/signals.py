@@ -52,6 +52,22 @@ task_enqueuing = Signal()
 task_enqueued = Signal()
 
 
+def send_while_handling(send: Any, raised: BaseException | None) -> None:
+    """Call `send()` inside an except block for `raised`, when there is one.
+
+    The Tasks framework's own task_finished receiver logs a failure with
+    sys.exc_info(), as its own backends send the signal from their exception
+    handler; sent from anywhere else, its ERROR line would carry no exception.
+    """
+    if raised is None:
+        send()
+        return
+    try:
+        raise raised
+    except BaseException:
+        send()
+
+
 def enqueuing(name: str, queue: str, metadata: Any, parent: Any = None) -> tuple[Any, bool]:
     """Send task_enqueuing if anyone listens; return (metadata to store, whether it was sent).
 

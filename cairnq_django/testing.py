@@ -215,12 +215,15 @@ class TaskRunner:
                 except SerializationError as exc:
                     ctx.fail_unserializable(exc)
         final = ctx.final or self.store.get(row.id) or row
-        self._ended(final, ctx, time.monotonic() - started)
+        self._ended(final, ctx, time.monotonic() - started, exception)
         attempt = Ran(task=final, exception=exception)
         self.ran.append(attempt)
         return attempt
 
-    def _ended(self, row: TaskRecord, ctx: TaskContext, duration: float) -> None:
+    def _ended(
+        self, row: TaskRecord, ctx: TaskContext, duration: float,
+        raised: BaseException | None = None,
+    ) -> None:
         # The worker's own end-of-task signals, so receivers (and the Tasks
         # framework's task_finished) see a test run as they see a worker's.
         if row.status == "succeeded":
@@ -237,7 +240,10 @@ class TaskRunner:
                 delay_ms=ctx.failure[2] if ctx.failure else 0,
             )
         elif row.status == "failed":
-            self._send(signals.task_failed, task=row, duration=duration, error=row.error)
+            signals.send_while_handling(
+                lambda: self._send(signals.task_failed, task=row, duration=duration, error=row.error),
+                raised,
+            )
 
     def _send(self, signal: Any, **kwargs: Any) -> None:
         signal.send(sender=TaskRunner, worker=self, **kwargs)

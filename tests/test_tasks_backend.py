@@ -501,3 +501,26 @@ def test_a_task_sent_through_a_second_alias_reads_back_through_it(store):
         found = tasks.add.using(backend="other").get_result(result.id)
         assert (found.id, found.backend, found.task.backend) == (result.id, "other", "other")
         assert found.args == [2, 3]
+
+
+def test_the_frameworks_failure_log_line_carries_the_tasks_exception(store, caplog):
+    """Django's task_finished receiver logs sys.exc_info(): the signal is sent while handling it."""
+    import django
+
+    from cairnq_django.backends.definitions import row_name
+    from cairnq_django.backends.handlers import TaskHandler
+    from cairnq_django.testing import run_tasks
+    from cairnq_django.worker.registry import Registry
+
+    # The framework's logger: django.tasks on Django 6, django_tasks in the 5.2 backport.
+    framework_logger = "django.tasks" if django.VERSION >= (6, 0) else "django_tasks"
+    registry = Registry()
+    registry.register(row_name(tasks.boom), TaskHandler(tasks.boom))
+    with (caplog.at_level("INFO", logger=framework_logger),
+          run_tasks(registry=registry, raise_exceptions=False) as runner):
+        result = tasks.boom.enqueue("no luck")
+        runner.drain()
+    [line] = [r for r in caplog.records if r.name == framework_logger and r.levelname == "ERROR"]
+    assert result.id in line.getMessage() and "FAILED" in line.getMessage()
+    assert line.exc_info is not None and line.exc_info[0] is ValueError
+    assert str(line.exc_info[1]) == "no luck"

@@ -349,7 +349,10 @@ class Execution:
                 # The traceback of an unexpected exception, once, when it is final.
                 exc_info=raised if code == "handler_error" else None,
             )
-            self.send(signals.task_failed, task=row, duration=duration, error=error)
+            signals.send_while_handling(
+                partial(self.send, signals.task_failed, task=row, duration=duration, error=error),
+                raised,
+            )
 
     def send(self, signal: Any, **kwargs: Any) -> None:
         """Send a worker signal; a receiver that raises is logged, never fatal."""
