@@ -9,7 +9,10 @@ starts one idle `cairnq_worker`, then:
 - pickup: a plain task enqueued every 300 ms; its handler's start minus the
   row's created_at_ms.
 - hop: a two-step workflow a -> b every 300 ms; b's handler start minus a's
-  completed_at_ms (the commit that released b).
+  completed_at_ms (the commit that released b), and the part of it spent in
+  the release (b's created_at_ms minus a's completed_at_ms, in that commit);
+  b's own pickup (its handler start minus its created_at_ms), which bounds
+  the time from a's commit to b's start, beside the plain pickup.
 - fan-in: 10,000 parents and one child, enqueued, then every parent claimed
   and completed in this process through the worker's step settle
   (StepSettling), each completion timed; the last one is the completion that
@@ -93,7 +96,7 @@ def main() -> None:
     )
     try:
         time.sleep(3)  # started and idle
-        pickups, hops = [], []
+        pickups, hops, releases, child_pickups = [], [], [], []
         for _ in range(args.hops):
             task = cairnq_django.enqueue("hop", {})
             _wait(lambda t=task: t.id in _stamps(stamp))
@@ -108,7 +111,11 @@ def main() -> None:
             _wait(lambda r=run: cairnq_django.get_workflow(r.id).state == "succeeded")
             run = cairnq_django.get_workflow(run.id)
             parent_done = Task.objects.get(pk=run.step("a").task_id).completed_at_ms
-            hops.append(_stamps(stamp)[run.step("b").task_id] - parent_done)
+            child_created = Task.objects.get(pk=run.step("b").task_id).created_at_ms
+            child_start = _stamps(stamp)[run.step("b").task_id]
+            hops.append(child_start - parent_done)
+            releases.append(child_created - parent_done)
+            child_pickups.append(child_start - child_created)
             time.sleep(0.3)
     finally:
         worker.terminate()
@@ -117,7 +124,12 @@ def main() -> None:
     print(f"[{backend}, loaded box] plain pickup  p50 {_pct(pickups, .5):.1f} ms"
           f"  p95 {_pct(pickups, .95):.1f} ms  (n={len(pickups)})")
     print(f"[{backend}, loaded box] workflow hop  p50 {_pct(hops, .5):.1f} ms  p95 {_pct(hops, .95):.1f} ms"
-          f"  (parent completed_at -> child handler start, n={len(hops)})")
+          f"  (parent completed_at -> child handler start, n={len(hops)}); of which the release "
+          f"(parent completed_at -> child created_at) p50 {_pct(releases, .5):.1f} ms")
+    # The child's row is inserted just before its parent's commit, so created_at -> start bounds
+    # the time from the parent's commit to the child's start: compare it with a plain pickup.
+    print(f"[{backend}, loaded box] child pickup  p50 {_pct(child_pickups, .5):.1f} ms"
+          f"  p95 {_pct(child_pickups, .95):.1f} ms  (child created_at -> child handler start)")
 
     # The fan-in, settled in this process so each completion can be timed.
     store = get_store()

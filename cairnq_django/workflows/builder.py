@@ -218,7 +218,7 @@ class Workflow:
         specs: list[TaskSpec] = []
         for row in rows:
             if row.pending == 0:
-                spec, _ = task_spec(store, row)
+                spec = task_spec(store, row)
                 row.task_id, row.state = spec["id"], "released"
                 specs.append(spec)
         WorkflowStep.objects.using(using).bulk_create(rows, batch_size=1000)
@@ -239,8 +239,8 @@ class Workflow:
         return options
 
 
-def task_spec(store: Store, step: WorkflowStep) -> tuple[TaskSpec, tuple[str | None, str]]:
-    """The task row of a step that is due: its prepared spec and (key, conflict) for submit_many."""
+def task_spec(store: Store, step: WorkflowStep) -> TaskSpec:
+    """The task row of a step that is due, prepared (unkeyed: the step's own id makes it unique)."""
     options = step.options or {}
     spec = store.prepare(
         step.task_name, step.payload,
@@ -252,7 +252,7 @@ def task_spec(store: Store, step: WorkflowStep) -> tuple[TaskSpec, tuple[str | N
         correlation_id=step.workflow_id,
         concurrency_key=options.get("concurrency_key"),
     )
-    return spec, (None, "reuse")
+    return spec
 
 
 def _as_list(after: Any) -> list[Any]:

@@ -14,17 +14,26 @@ down its `when="finished"` children as a success would.
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from django.db.models import F
+from django.db.models import F, Q
 
 from ..flow.limits import clear_limit
 from ..records import TERMINAL_STATUSES, TaskRecord, TaskSpec
 from ..store import Store
 from . import STEP_KEY
-from .models import Workflow, WorkflowEdge, WorkflowStep
+from .models import WorkflowEdge, WorkflowStep
+from .statements import (
+    COUNT_DOWN_STEP,
+    COUNT_DOWN_WORKFLOW,
+    END_STEP,
+    RELEASE_STEP,
+    WAITING_CHILDREN,
+    waiting_children,
+)
 
 # A workflow with concurrency=N caps its steps through a key_prefix flow limit on this prefix + its id.
 CONCURRENCY_PREFIX = "cairnq.workflow:"
@@ -33,7 +42,10 @@ CONCURRENCY_PREFIX = "cairnq.workflow:"
 def step_marker(row: TaskRecord) -> dict[str, Any] | None:
     """The workflow marker of a task row's metadata, or None for a plain task."""
     marker = row.metadata.get(STEP_KEY) if isinstance(row.metadata, dict) else None
-    return marker if isinstance(marker, dict) and "step" in marker else None
+    if not isinstance(marker, dict):
+        return None
+    # A handler can replace its row's metadata: only a well-formed marker is looked up.
+    return marker if isinstance(marker.get("step"), str) and isinstance(marker.get("workflow"), str) else None
 
 
 def after_settle(store: Store, row: TaskRecord, grafts: Sequence[dict[str, Any]] = ()) -> None:
@@ -47,93 +59,136 @@ def after_settle(store: Store, row: TaskRecord, grafts: Sequence[dict[str, Any]]
     marker = step_marker(row)
     if marker is None or row.status not in TERMINAL_STATUSES:
         return
-    steps = WorkflowStep.objects.using(store.using)
-    step = steps.select_for_update().filter(
-        pk=marker["step"], task_id=row.id, state="released"
-    ).first()
-    if step is None:
+    values = {"step": marker["step"], "workflow": marker["workflow"], "task": row.id, "state": row.status}
+    if not store.executor.run(END_STEP, values):
         return
     if grafts and row.status == "succeeded":
         from .grafting import write_grafts  # a graft is rare; its module loads when used
 
-        write_grafts(store, step, grafts)
-    finish(store, step.workflow_id, [(step, row.status)])
+        write_grafts(store, WorkflowStep.objects.using(store.using).get(pk=marker["step"]), grafts)
+    _cascade(store, marker["workflow"], {marker["step"]: row.status})
 
 
 def finish(store: Store, workflow_id: str, ended: Iterable[tuple[WorkflowStep, str]]) -> None:
     """Record steps' ends, count down (or cancel) their children, release those now due."""
-    using = store.using
-    steps = WorkflowStep.objects.using(using)
-    frontier = list(ended)
+    outcome = {step.pk: status for step, status in ended}
+    _record(store, outcome)
+    _cascade(store, workflow_id, outcome)
+
+
+def _record(store: Store, outcome: dict[str, str]) -> None:
+    """Write each step's end state, one statement per distinct state."""
+    steps = WorkflowStep.objects.using(store.using)
+    for state in set(outcome.values()):
+        steps.filter(pk__in=[pk for pk, s in outcome.items() if s == state]).update(state=state)
+
+
+def _cascade(store: Store, workflow_id: str, outcome: dict[str, str]) -> None:
+    """After `outcome`'s steps ended (their states written): count down their children, release the due.
+
+    The task rows of the steps now due are written last (release()).
+    """
     closed = unsuccessful = 0
     due: list[WorkflowStep] = []
-    while frontier:
-        outcome: dict[str, str] = {}
-        for step, status in frontier:
-            steps.filter(pk=step.pk).update(state=status)
-            outcome[step.pk] = status
-            closed += 1
-            unsuccessful += status != "succeeded"
-        parents_of: dict[str, list[str]] = defaultdict(list)
-        edges = WorkflowEdge.objects.using(using).filter(parent_id__in=list(outcome))
-        for parent_id, child_id in edges.values_list("parent_id", "child_id"):
-            parents_of[child_id].append(parent_id)
-        frontier = []
-        if not parents_of:
-            break
-        # Locked in id order: two parents finishing at once lock shared children in the same order.
-        children = steps.select_for_update().filter(
-            pk__in=sorted(parents_of), state="waiting"
-        ).order_by("pk")
+    while outcome:
+        closed += len(outcome)
+        unsuccessful += sum(status != "succeeded" for status in outcome.values())
+        children, ended_of = _waiting_children(store, outcome)
+        canceled: dict[str, str] = {}
+        counted: dict[int, list[str]] = defaultdict(list)
         for child in children:
-            ended_parents = [outcome[p] for p in parents_of[child.pk]]
+            ended_parents = ended_of[child.pk]
             if child.when == "succeeded" and any(s != "succeeded" for s in ended_parents):
-                frontier.append((child, "canceled"))
+                canceled[child.pk] = "canceled"
                 continue
-            steps.filter(pk=child.pk).update(pending=F("pending") - len(ended_parents))
             child.pending -= len(ended_parents)
             if child.pending <= 0:
-                due.append(child)
-    release(store, due)
+                due.append(child)  # release() writes its state and count
+            else:
+                counted[len(ended_parents)].append(child.pk)
+        _count_down(store, counted)
+        _record(store, canceled)
+        outcome = canceled
     _count_down_workflow(store, workflow_id, closed, unsuccessful)
+    release(store, due)
+
+
+def _waiting_children(
+    store: Store, outcome: dict[str, str]
+) -> tuple[list[WorkflowStep], dict[str, list[str]]]:
+    """The ended steps' waiting children (locked), and the end states of each child's ended parents."""
+    if len(outcome) == 1:
+        # One parent, the usual settle: an edge is unique per (parent, child), so it is each child's only one.
+        [(parent, status)] = outcome.items()
+        children = [_child(row) for row in store.executor.run(WAITING_CHILDREN, {"parent": parent})]
+        return children, {child.pk: [status] for child in children}
+    steps = WorkflowStep.objects.using(store.using)
+    children = [_child(row) for row in waiting_children(steps, Q(parent_id__in=list(outcome)))]
+    ended_of: dict[str, list[str]] = defaultdict(list)
+    for parent_id, child_id in WorkflowEdge.objects.using(store.using).filter(
+        parent_id__in=list(outcome), child_id__in=[c.pk for c in children]
+    ).values_list("parent_id", "child_id"):
+        ended_of[child_id].append(outcome[parent_id])
+    return children, ended_of
+
+
+def _child(row: Sequence[Any]) -> WorkflowStep:
+    """A waiting child read as CHILD_COLUMNS, as an unsaved model instance (its JSON decoded)."""
+    pk, when, pending, workflow_id, name, task_name, payload, options = row
+    return WorkflowStep(
+        id=pk, when=when, pending=pending, workflow_id=workflow_id, name=name, task_name=task_name,
+        payload=json.loads(payload), options=json.loads(options), state="waiting",
+    )
+
+
+def _count_down(store: Store, counted: dict[int, list[str]]) -> None:
+    """Lower the waiting counts: `counted` maps a decrement to the steps it applies to."""
+    for by, pks in counted.items():
+        if len(pks) == 1:  # a fan-in's parent ending: its one child
+            store.executor.run(COUNT_DOWN_STEP, {"step": pks[0], "by": by})
+        else:
+            WorkflowStep.objects.using(store.using).filter(pk__in=pks).update(pending=F("pending") - by)
 
 
 def release(store: Store, due: Sequence[WorkflowStep]) -> None:
-    """Insert the task rows of steps whose parents are all done, and mark them released."""
+    """Mark steps whose parents are all done released, and insert their task rows.
+
+    The task rows are written last, so the commit follows their INSERT as
+    closely as it follows an enqueue's: a released step is picked up as
+    fast as a task enqueued at that instant. Their ids are the specs' own,
+    known before the insert.
+    """
     if not due:
         return
     from .builder import task_spec  # builder imports this module
 
     specs: list[TaskSpec] = []
-    keys: list[tuple[str | None, str]] = []
     for step in due:
-        spec, key = task_spec(store, step)
+        spec = task_spec(store, step)
         specs.append(spec)
-        keys.append(key)
-    tasks = store.submit_many(specs, keys=keys)
-    steps = WorkflowStep.objects.using(store.using)
-    for step, task in zip(due, tasks, strict=True):
-        step.task_id, step.state, step.pending = task.id, "released", 0
-        steps.filter(pk=step.pk).update(task_id=task.id, state="released", pending=0)
+        step.task_id, step.state, step.pending = spec["id"], "released", 0
+    if len(due) == 1:
+        store.executor.run(RELEASE_STEP, {"step": due[0].pk, "task": due[0].task_id})
+    else:
+        # One statement per batch, not one per step: a fan-out releases thousands at once.
+        WorkflowStep.objects.using(store.using).bulk_update(
+            due, ["task_id", "state", "pending"], batch_size=500
+        )
+    store.submit_many(specs)
 
 
 def _count_down_workflow(store: Store, workflow_id: str, closed: int, unsuccessful: int) -> None:
-    """Lower the workflow's open count (its row locked last); end it when nothing is open."""
+    """Lower the workflow's open count (its row locked last), ending it when nothing is open.
+
+    A workflow is only ever ended by the count-down that closes its last
+    open step, so a state other than "running" coming back is this one's end.
+    """
     if not closed:
         return
-    runs = Workflow.objects.using(store.using)
-    runs.filter(pk=workflow_id).update(
-        steps_open=F("steps_open") - closed,
-        steps_unsuccessful=F("steps_unsuccessful") + unsuccessful,
+    [(state, concurrency)] = store.executor.run(
+        COUNT_DOWN_WORKFLOW,
+        {"workflow": workflow_id, "closed": closed, "unsuccessful": unsuccessful},
+        shape=(unsuccessful > 0,),
     )
-    run = runs.get(pk=workflow_id)
-    if run.steps_open > 0 or run.state != "running":
-        return
-    run.state = (
-        "canceled" if run.cancel_requested
-        else "failed" if run.steps_unsuccessful else "succeeded"
-    )
-    run.finished_at_ms = store.clock_ms()
-    run.save(update_fields=["state", "finished_at_ms"])
-    if run.concurrency is not None:
-        clear_limit("key_prefix", CONCURRENCY_PREFIX + run.id, using=store.using)
+    if state != "running" and concurrency is not None:
+        clear_limit("key_prefix", CONCURRENCY_PREFIX + workflow_id, using=store.using)
