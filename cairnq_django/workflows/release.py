@@ -22,7 +22,7 @@ from django.db.models import F
 
 from ..flow.limits import clear_limit
 from ..records import TERMINAL_STATUSES, TaskRecord, TaskSpec
-from ..store import Store
+from ..store import ApplicationOperations
 from . import STEP_KEY
 from .models import Workflow, WorkflowEdge, WorkflowStep
 
@@ -36,7 +36,9 @@ def step_marker(row: TaskRecord) -> dict[str, Any] | None:
     return marker if isinstance(marker, dict) and "step" in marker else None
 
 
-def after_settle(store: Store, row: TaskRecord, grafts: Sequence[dict[str, Any]] = ()) -> None:
+def after_settle(
+    store: ApplicationOperations, row: TaskRecord, grafts: Sequence[dict[str, Any]] = ()
+) -> None:
     """Release what `row`'s end lets run; call inside the transaction that settled it.
 
     Does nothing for a plain task, a row not yet terminal (a retry, a
@@ -60,7 +62,7 @@ def after_settle(store: Store, row: TaskRecord, grafts: Sequence[dict[str, Any]]
     finish(store, step.workflow_id, [(step, row.status)])
 
 
-def finish(store: Store, workflow_id: str, ended: Iterable[tuple[WorkflowStep, str]]) -> None:
+def finish(store: ApplicationOperations, workflow_id: str, ended: Iterable[tuple[WorkflowStep, str]]) -> None:
     """Record steps' ends, count down (or cancel) their children, release those now due."""
     using = store.using
     steps = WorkflowStep.objects.using(using)
@@ -98,7 +100,7 @@ def finish(store: Store, workflow_id: str, ended: Iterable[tuple[WorkflowStep, s
     _count_down_workflow(store, workflow_id, closed, unsuccessful)
 
 
-def release(store: Store, due: Sequence[WorkflowStep]) -> None:
+def release(store: ApplicationOperations, due: Sequence[WorkflowStep]) -> None:
     """Insert the task rows of steps whose parents are all done, and mark them released."""
     if not due:
         return
@@ -117,7 +119,9 @@ def release(store: Store, due: Sequence[WorkflowStep]) -> None:
         steps.filter(pk=step.pk).update(task_id=task.id, state="released", pending=0)
 
 
-def _count_down_workflow(store: Store, workflow_id: str, closed: int, unsuccessful: int) -> None:
+def _count_down_workflow(
+    store: ApplicationOperations, workflow_id: str, closed: int, unsuccessful: int
+) -> None:
     """Lower the workflow's open count (its row locked last); end it when nothing is open."""
     if not closed:
         return
