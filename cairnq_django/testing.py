@@ -47,7 +47,6 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import partial
 from typing import Any
 
 from asgiref.sync import async_to_sync
@@ -264,21 +263,23 @@ class TaskRunner:
         if not _in_user_transaction(connection):
             self._run_all(task_ids)
             return
+
+        # A function, not a partial: Django logs a robust callback's error by its __qualname__.
+        def run_committed() -> None:
+            try:
+                self._run_all(task_ids)
+            except Exception as exc:
+                if self._deferred_error is None:
+                    self._deferred_error = exc
+                raise  # Django logs it now, where it happened
+
         # Django drops the callback if its block or savepoint rolls back. Robust,
         # so that it never keeps the caller's own callbacks from running.
-        transaction.on_commit(partial(self._run_committed, task_ids), using=self.store.using, robust=True)
+        transaction.on_commit(run_committed, using=self.store.using, robust=True)
 
     def _run_all(self, task_ids: list[str]) -> None:
         for task_id in task_ids:
             self.run_until_finished(task_id)
-
-    def _run_committed(self, task_ids: list[str]) -> None:
-        try:
-            self._run_all(task_ids)
-        except Exception as exc:
-            if self._deferred_error is None:
-                self._deferred_error = exc
-            raise  # Django logs it now, where it happened
 
 
 def _in_user_transaction(connection: Any) -> bool:
