@@ -78,7 +78,7 @@ def test_a_role_that_may_not_vacuum_is_told_once_and_stops_trying(live_store, ca
         with connections["default"].cursor() as cursor:
             cursor.execute(f'SET ROLE "{role}"')
         try:
-            assert live_store.vacuum_tasks() is None
+            assert live_store.executor.vacuum_tasks() is None
         finally:
             with connections["default"].cursor() as cursor:
                 cursor.execute("RESET ROLE")
