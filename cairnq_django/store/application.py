@@ -10,6 +10,7 @@ transaction.
 from __future__ import annotations
 
 import builtins  # list() shadows `list` in the annotations of the methods after it
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
@@ -427,7 +428,9 @@ class ApplicationOperations:
         return deleted
 
 
-_stores: dict[str, ApplicationOperations] = {}
+@functools.cache
+def _store_of(using: str) -> ApplicationOperations:
+    return ApplicationOperations(Executor(using))
 
 
 def get_store(using: str | None = None) -> ApplicationOperations:
@@ -437,9 +440,4 @@ def get_store(using: str | None = None) -> ApplicationOperations:
     use; a lease holder (the worker, `testing`, conformance) takes
     `store.leases.get_leases(using)`, which can do all of this too.
     """
-    if using is None:
-        using = cairnq_settings.DATABASE
-    store = _stores.get(using)
-    if store is None:
-        store = _stores[using] = ApplicationOperations(Executor(using))
-    return store
+    return _store_of(cairnq_settings.DATABASE if using is None else using)

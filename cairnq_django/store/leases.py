@@ -10,6 +10,7 @@ lease that has not expired); one that matched nothing raises LostLease.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -440,7 +441,9 @@ class LeaseOperations(ApplicationOperations):
         return task
 
 
-_leases: dict[str, LeaseOperations] = {}
+@functools.cache
+def _leases_of(using: str) -> LeaseOperations:
+    return LeaseOperations(Executor(using))
 
 
 def get_leases(using: str | None = None) -> LeaseOperations:
@@ -449,9 +452,4 @@ def get_leases(using: str | None = None) -> LeaseOperations:
     One per alias, as `get_store`: the limited claim keeps what it learned
     between claims (limited_claim.LimitedClaims).
     """
-    if using is None:
-        using = cairnq_settings.DATABASE
-    leases = _leases.get(using)
-    if leases is None:
-        leases = _leases[using] = LeaseOperations(Executor(using))
-    return leases
+    return _leases_of(cairnq_settings.DATABASE if using is None else using)
