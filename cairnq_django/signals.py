@@ -32,11 +32,12 @@ None). An exception in these receivers is logged and never affects the enqueue.
 
 cairnq_django.observability.metrics and .tracing are receivers of these.
 
-task_written is sent by the store right after it wrote tasks (submit,
-enqueue_many, a schedule's or a workflow's release), on the writer's thread,
-with `sender` = None, `using` (the alias) and `rows` (the TaskRecords written
-or reused), and only while someone listens. The row may still roll back with
-the caller's transaction. `testing`'s inline mode listens to it.
+task_written is sent by the store right after every submit (enqueue,
+enqueue_many, ctx.submit, a schedule's occurrence, a workflow's steps), on the
+writer's thread, with `sender` = None, `using` (the alias) and `rows` (the
+TaskRecords written or reused), and only while someone listens; a receiver's
+exception reaches the writer. The rows may still roll back with the caller's
+transaction. `testing`'s inline mode listens to it.
 """
 
 import logging
