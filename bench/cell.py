@@ -285,9 +285,9 @@ def w5(adapter, args) -> dict:
 
         fill.fill(args.rows, args.filler)
     adapter.enqueue_bulk(args.n)
-    from cairnq_django.store import get_store
+    from cairnq_django.store.leases import get_leases
 
-    store = get_store()
+    store = get_leases()
     # Before the claims: their completions must fall inside its window.
     probe = Probe()
     claims = []

@@ -84,7 +84,7 @@ def main() -> None:
     call_command("migrate", verbosity=0)
     import cairnq_django
     from cairnq_django.models import Task
-    from cairnq_django.store import get_store
+    from cairnq_django.store.leases import get_leases
     from cairnq_django.workflows.reads import parent_results
     from cairnq_django.workflows.settling import StepSettling
 
@@ -132,7 +132,7 @@ def main() -> None:
           f"  p95 {_pct(child_pickups, .95):.1f} ms  (child created_at -> child handler start)")
 
     # The fan-in, settled in this process so each completion can be timed.
-    store = get_store()
+    store = get_leases()
     wf = cairnq_django.Workflow("fan-in")
     parents = wf.map("p", "hop", [{}] * args.fan_in)
     wf.add("sink", "hop", after=parents)

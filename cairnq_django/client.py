@@ -16,7 +16,7 @@ from . import declared, signals, validators, waiting
 from .conf import cairnq_settings, to_ms
 from .flow.backpressure import wait_for_headroom
 from .records import DEFAULT_CONFLICT, TaskRecord, TaskSpec
-from .store import Store, attempts, get_store
+from .store import ApplicationOperations, attempts, get_store
 from .store.attempts import TaskHistory
 
 # What a wait function returns: a TaskRecord, or (waiting.await_) a coroutine of one.
@@ -124,7 +124,7 @@ def enqueue(
 
 
 def _write(
-    store: Store,
+    store: ApplicationOperations,
     spec: TaskSpec,
     key: str | None,
     conflict: str,

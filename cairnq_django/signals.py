@@ -31,6 +31,13 @@ the write is deferred) and `error` (the exception if the write raised, else
 None). An exception in these receivers is logged and never affects the enqueue.
 
 cairnq_django.observability.metrics and .tracing are receivers of these.
+
+task_written is sent by the store right after every submit (enqueue,
+enqueue_many, ctx.submit, a schedule's occurrence, a workflow's steps), on the
+writer's thread, with `sender` = None, `using` (the alias) and `rows` (the
+TaskRecords written or reused), and only while someone listens; a receiver's
+exception reaches the writer. The rows may still roll back with the caller's
+transaction. `testing`'s inline mode listens to it.
 """
 
 import logging
@@ -50,6 +57,7 @@ task_lease_lost = Signal()
 heartbeat_late = Signal()
 task_enqueuing = Signal()
 task_enqueued = Signal()
+task_written = Signal()
 
 
 def send_while_handling(send: Any, raised: BaseException | None) -> None:

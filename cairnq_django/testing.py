@@ -16,16 +16,18 @@ TestCase's or pytest-django's transaction too):
 - drain (default): tasks queue as in production; `drain()` runs every due
   task whose name has a handler, until none is left, and returns what ran.
 - inline (`run_tasks(inline=True)`): a task runs as soon as the transaction
-  that enqueued it commits, as a worker would first see it; right away when no
-  transaction is open. A task enqueued in a block that rolls back never runs.
-  Inside a test's own transaction, "commits" means the outermost `atomic()`
-  the code under test opened exits without an error.
+  that enqueued it commits, as a worker would first see it (an on_commit
+  callback); right away when no transaction is open. A task enqueued in a
+  block that rolls back never runs. Inside a test's own transaction nothing
+  commits: wrap the code in `TestCase.captureOnCommitCallbacks(execute=True)`
+  (pytest-django: `django_capture_on_commit_callbacks`) to run them.
 
 A due task whose name has no handler in the runner's registry (a typo in the
 enqueued name, a module that is not imported) fails the test loudly:
-`drain()`, and inline mode when the task's transaction commits, raise
-`UnhandledTask` naming it. `allow_unhandled=True` leaves such tasks queued
-instead (for names a worker in another language runs).
+`drain()` raises `UnhandledTask` naming it, and so does inline mode: from the
+enqueue, or for a task that waited for a commit, when the `with` block ends.
+`allow_unhandled=True` leaves such tasks queued instead (for names a worker in
+another language runs).
 
 Retries are off unless `retries=True`: a failing task then fails for good at
 once. With retries on, a retryable failure is run again at once (no backoff)
@@ -54,7 +56,7 @@ from . import signals
 from .errors import CairnQError, LostLease, SerializationError, Snooze
 from .ids import ulid
 from .records import TaskRecord
-from .store import get_store
+from .store.leases import get_leases
 from .worker.context import TaskContext
 from .worker.envelopes import as_envelope
 from .worker.registry import Registry, autodiscover
@@ -113,7 +115,7 @@ class TaskRunner:
         if registry is None:
             autodiscover()
         self.registry = registry or default_registry
-        self.store = get_store(using)
+        self.store = get_leases(using)
         self.inline = inline
         self.retries = retries
         self.raise_exceptions = raise_exceptions
@@ -121,6 +123,9 @@ class TaskRunner:
         self.worker_id = f"worker_test_{ulid()}"
         #: Every attempt run so far, in order.
         self.ran: list[Ran] = []
+        # What an inline run raised in an on_commit callback, where Django
+        # only logs it (robust=True): raised when the `with` block ends.
+        self._deferred_error: Exception | None = None
 
     # ------------------------------------------------------------ draining
     def drain(self, *, raise_exceptions: bool | None = None, limit: int = 10_000) -> list[Ran]:
@@ -251,33 +256,30 @@ class TaskRunner:
     # ------------------------------------------------------------ inline mode
     def written(self, rows: list[TaskRecord]) -> None:
         """Called (inline mode) with rows just written: run each once its transaction commits."""
-        runner = _RunOnCommit(self, [row.id for row in rows if row.status == "queued"])
-        if not runner.task_ids:
+        task_ids = [row.id for row in rows if row.status == "queued"]
+        if not task_ids:
             return
         connection = connections[self.store.using]
         if not _in_user_transaction(connection):
-            runner()
+            self._run_all(task_ids)
             return
-        # Django forgets an on_commit callback whose savepoint rolls back; one
-        # still listed when the outermost block the code opened exits has
-        # committed, as far as this test can see (see _exit_atomic).
-        transaction.on_commit(runner, using=self.store.using)
 
+        # A function, not a partial: Django logs a robust callback's error by its __qualname__.
+        def run_committed() -> None:
+            try:
+                self._run_all(task_ids)
+            except Exception as exc:
+                if self._deferred_error is None:
+                    self._deferred_error = exc
+                raise  # Django logs it now, where it happened
 
-class _RunOnCommit:
-    """An on_commit callback that runs its tasks once, whichever caller comes first."""
+        # Django drops the callback if its block or savepoint rolls back. Robust,
+        # so that it never keeps the caller's own callbacks from running.
+        transaction.on_commit(run_committed, using=self.store.using, robust=True)
 
-    def __init__(self, runner: TaskRunner, task_ids: list[str]) -> None:
-        self.runner = runner
-        self.task_ids = task_ids
-        self.done = False
-
-    def __call__(self) -> None:
-        if self.done:
-            return
-        self.done = True
-        for task_id in self.task_ids:
-            self.runner.run_until_finished(task_id)
+    def _run_all(self, task_ids: list[str]) -> None:
+        for task_id in task_ids:
+            self.run_until_finished(task_id)
 
 
 def _in_user_transaction(connection: Any) -> bool:
@@ -287,72 +289,17 @@ def _in_user_transaction(connection: Any) -> bool:
     )
 
 
-# Inline runners hook the store's writes and atomic()'s exit while active.
+# The active inline runners, innermost first: the first of a written row's
+# alias runs it. The receiver is connected only while there is one.
 _active: list[TaskRunner] = []
-_hook_lock = threading.Lock()
-_originals: dict[str, Any] = {}
+_active_lock = threading.Lock()
 
 
-def _install_hooks() -> None:
-    from .store.application import ApplicationOperations
-
-    _originals["submit_prepared"] = ApplicationOperations.submit_prepared
-    _originals["submit_many"] = ApplicationOperations.submit_many
-    _originals["atomic_exit"] = transaction.Atomic.__exit__
-
-    def submit_prepared(store: Any, spec: Any, **kwargs: Any) -> TaskRecord:
-        row = _originals["submit_prepared"](store, spec, **kwargs)
-        _notify(store, [row])
-        return row
-
-    def submit_many(store: Any, specs: Any, **kwargs: Any) -> list[TaskRecord]:
-        rows = _originals["submit_many"](store, specs, **kwargs)
-        _notify(store, rows)
-        return rows
-
-    def atomic_exit(atomic: Any, exc_type: Any, exc_value: Any, tb: Any) -> Any:
-        outcome = _originals["atomic_exit"](atomic, exc_type, exc_value, tb)
-        if exc_type is None and not getattr(atomic, "_from_testcase", False):
-            _flush(atomic.using)
-        return outcome
-
-    # The wrappers pass every argument through, so they take what the methods take.
-    ApplicationOperations.submit_prepared = submit_prepared  # type: ignore[method-assign,assignment]
-    ApplicationOperations.submit_many = submit_many  # type: ignore[method-assign,assignment]
-    transaction.Atomic.__exit__ = atomic_exit  # type: ignore[method-assign]
-
-
-def _remove_hooks() -> None:
-    from .store.application import ApplicationOperations
-
-    ApplicationOperations.submit_prepared = _originals.pop("submit_prepared")  # type: ignore[method-assign]
-    ApplicationOperations.submit_many = _originals.pop("submit_many")  # type: ignore[method-assign]
-    transaction.Atomic.__exit__ = _originals.pop("atomic_exit")  # type: ignore[method-assign]
-
-
-def _notify(store: Any, rows: list[TaskRecord]) -> None:
+def _on_written(sender: Any, *, using: str, rows: list[TaskRecord], **kwargs: Any) -> None:
     for runner in list(_active):
-        if runner.store.using == store.using:
+        if runner.store.using == using:
             runner.written(rows)
             return
-
-
-def _flush(using: str | None) -> None:
-    """Run the inline tasks of transactions that just committed up to the test's level."""
-    connection = connections[using or "default"]
-    if _in_user_transaction(connection):
-        return
-    survivors = [
-        entry for entry in connection.run_on_commit if isinstance(entry[1], _RunOnCommit)
-    ]
-    if not survivors:
-        return
-    connection.run_on_commit = [
-        entry for entry in connection.run_on_commit if not isinstance(entry[1], _RunOnCommit)
-    ]
-    # django-stubs 5.2 types the entries as pairs; Django's are (savepoint ids, func, robust).
-    for _, callback, _ in survivors:  # type: ignore[misc]
-        callback()
 
 
 @contextmanager
@@ -373,17 +320,19 @@ def run_tasks(
     if not inline:
         yield runner
         return
-    with _hook_lock:
+    with _active_lock:
         if not _active:
-            _install_hooks()
+            signals.task_written.connect(_on_written, dispatch_uid=__name__)
         _active.insert(0, runner)
     try:
         yield runner
     finally:
-        with _hook_lock:
+        with _active_lock:
             _active.remove(runner)
             if not _active:
-                _remove_hooks()
+                signals.task_written.disconnect(dispatch_uid=__name__)
+    if runner._deferred_error is not None:
+        raise runner._deferred_error
     runner._raise_first(runner.ran, None)
 
 

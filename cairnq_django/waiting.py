@@ -31,7 +31,7 @@ from .records import TaskRecord, TaskStatus
 from .wakeup import get_wakeup
 
 if TYPE_CHECKING:
-    from .store import Store
+    from .store import ApplicationOperations
 
 logger = logging.getLogger("cairnq_django.wait")
 
@@ -131,7 +131,7 @@ class _Poll:
 
     def __init__(
         self,
-        store: Store,
+        store: ApplicationOperations,
         task_id: str | None,
         key: str | None,
         timeout: float | None,
@@ -284,7 +284,7 @@ class _Poll:
 
 
 def wait(
-    store: Store,
+    store: ApplicationOperations,
     *,
     task_id: str | None = None,
     key: str | None = None,
@@ -302,7 +302,7 @@ def wait(
 
 
 async def await_(
-    store: Store,
+    store: ApplicationOperations,
     *,
     task_id: str | None = None,
     key: str | None = None,

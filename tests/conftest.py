@@ -3,15 +3,15 @@ import os
 import pytest
 from django.db import connections
 
-from cairnq_django.store import get_store
+from cairnq_django.store.leases import get_leases
 
 CAIRNQ_TABLES = ("cairnq_task_keys", "cairnq_tasks")
 
 
 @pytest.fixture
 def store(db):
-    """The store on the test database, inside the test's transaction."""
-    return get_store("default")
+    """The store's lease part (which submits and reads too) on the test database, in its transaction."""
+    return get_leases("default")
 
 
 @pytest.fixture
@@ -21,7 +21,7 @@ def live_store(transactional_db):
     Cleared here as well as by Django's flush, so a test that fails midway
     leaves no tasks for the next one even where flush is inhibited.
     """
-    yield get_store("default")
+    yield get_leases("default")
     with connections["default"].cursor() as cursor:
         for table in CAIRNQ_TABLES:
             cursor.execute(f"DELETE FROM {table}")

@@ -24,7 +24,7 @@ from cairnq_django import (
     TaskFailed,
     TaskTimeout,
 )
-from cairnq_django.store import get_store
+from cairnq_django.store.leases import get_leases
 
 
 def count_tasks() -> int:
@@ -43,7 +43,7 @@ class FakeWorker:
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self):
-        store = get_store()
+        store = get_leases()
         try:
             if self.start_after:
                 self.stop.wait(self.start_after)
@@ -107,7 +107,7 @@ def test_delay_as_timedelta_or_milliseconds(db):
     b = cairnq_django.enqueue("later", delay=90_000)
     assert abs(a.run_at_ms - a.created_at_ms - 120_000) < 1_000
     assert abs(b.run_at_ms - b.created_at_ms - 90_000) < 1_000
-    assert get_store().claim(queues=["default"], worker_id="w") == []
+    assert get_leases().claim(queues=["default"], worker_id="w") == []
 
 
 def test_run_at_takes_an_aware_datetime(db):
@@ -355,7 +355,7 @@ def test_enqueue_waits_for_headroom(live_store):
 
     def drain():
         time.sleep(0.3)
-        live = get_store()
+        live = get_leases()
         live.claim(queues=["default"], worker_id="drainer")
         claimed.set()
         connections.close_all()

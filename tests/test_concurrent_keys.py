@@ -45,11 +45,11 @@ store.get("task_warmup")  # connect and verify before the race
 # Widen the window between reading the key and inserting the task, so that a
 # missing key lock shows up as duplicate tasks rather than by luck of timing.
 import time
-_insert = store.application._insert
+_insert = store._insert
 def slow_insert(specs):
     time.sleep(0.05)
     return _insert(specs)
-store.application._insert = slow_insert
+store._insert = slow_insert
 if os.environ.get("CAIRNQ_RACE_WITHOUT_KEY_LOCK"):  # only to show the test can fail
     store.executor.lock_key = lambda key: None
 """ + RENDEZVOUS + """

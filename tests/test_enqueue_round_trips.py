@@ -239,7 +239,7 @@ def test_a_sqlite_worker_does_not_load_psycopg(child_env):
         pytest.skip("Django's PostgreSQL backend loads psycopg itself")
     code = (
         "import sys, django; django.setup(); "
-        "import cairnq_django.store.facade, cairnq_django.worker.runner, cairnq_django.client; "
+        "import cairnq_django.store.leases, cairnq_django.worker.runner, cairnq_django.client; "
         "print('psycopg' in sys.modules)"
     )
     found = subprocess.run(

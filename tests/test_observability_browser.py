@@ -13,7 +13,7 @@ from cairnq_django import enqueue, get
 from cairnq_django.admin.views.dashboard import MINUTE_MS
 from cairnq_django.models import Task, WorkerRecord
 from cairnq_django.observability.overview import database_now_ms
-from cairnq_django.store import get_store
+from cairnq_django.store.leases import get_leases
 from tests.workerutil import WorkerProcess, wait_for
 
 from .test_admin_browser import ARTIFACTS, _login, _make, _messages, _user, browser  # noqa: F401
@@ -39,7 +39,7 @@ def _history(store) -> None:
 
 @pytest.mark.slow
 def test_dashboard_and_task_page_follow_a_running_task(browser, live_server, worker):  # noqa: F811
-    store = get_store("default")
+    store = get_leases("default")
     _history(store)
     failed = _make(store, "failed", "reports.build", queue="reports")
     task = enqueue("tests.wait_cancel", {"timeout": 120})

@@ -23,7 +23,7 @@ from cairnq_django import enqueue, get, wait, wakeup
 from cairnq_django.checks import listen_database_errors
 from cairnq_django.conformance import load_scenario, run_scenario
 from cairnq_django.conformance.runner import clear_tasks
-from cairnq_django.store import get_store
+from cairnq_django.store.leases import get_leases
 from cairnq_django.wakeup import PostgresWakeup, probe, use_wakeup
 from cairnq_django.wakeup.postgres import listen_params, postgres_params
 from tests import test_wakeup
@@ -111,7 +111,7 @@ def fresh_warnings():
 def test_scenario_through_pgbouncer(bouncer, path, problem):
     if path is None:
         skip_or_fail_without_scenarios()
-    store = get_store(bouncer)
+    store = get_leases(bouncer)
     clear_tasks(store)
     result = run_scenario(store, load_scenario(path))
     assert result.passed, str(result)

@@ -1,4 +1,4 @@
-"""Grouped completion (Store.complete_encoded_many) and the worker's Settler."""
+"""Grouped completion (LeaseOperations.complete_encoded_many) and the worker's Settler."""
 
 from __future__ import annotations
 

@@ -193,7 +193,7 @@ def test_lost_attempts_of_tasks_purged_meanwhile_are_skipped_not_raised(live_sto
     gone = run(live_store, "gone", max_attempts=1)
     expire_lease(live_store, kept.id)
     expire_lease(live_store, gone.id)
-    recovered = live_store.leases.recover_leases()  # records them: the rows are the point here
+    recovered = live_store.recover_leases()  # records them: the rows are the point here
     TaskAttempt.objects.all().delete()
     live_store.purge_ids([gone.id])
     record_lost_after(live_store.using, recovered)

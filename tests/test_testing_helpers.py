@@ -87,28 +87,37 @@ def test_inline_runs_at_once_outside_a_transaction(cairnq_tasks_inline):
     assert [r.task.id for r in cairnq_tasks_inline.ran] == [task.id]
 
 
-def test_inline_waits_for_the_transaction_to_commit(cairnq_tasks_inline):
-    with transaction.atomic():
-        task = cairnq_django.enqueue("tests.echo", {"n": 1})
+def test_inline_waits_for_the_transaction_to_commit(
+    cairnq_tasks_inline, django_capture_on_commit_callbacks
+):
+    # Inside the test's transaction nothing commits: the capture runs what
+    # would run at a commit, as it does for any on_commit callback.
+    with django_capture_on_commit_callbacks(execute=True):
         with transaction.atomic():
-            pass  # an inner block that commits is not the transaction's end
-        assert cairnq_django.get(task.id).status == "queued"
+            task = cairnq_django.enqueue("tests.echo", {"n": 1})
+            with transaction.atomic():
+                pass  # an inner block that commits is not the transaction's end
+            assert cairnq_django.get(task.id).status == "queued"
+        assert cairnq_django.get(task.id).status == "queued"  # no commit yet
     assert cairnq_django.get(task.id).status == "succeeded"
 
 
-def test_inline_never_runs_a_task_whose_block_rolled_back(cairnq_tasks_inline):
-    with pytest.raises(RuntimeError):
-        with transaction.atomic():
-            cairnq_django.enqueue("tests.echo", {"n": "rolled back"})
-            raise RuntimeError("roll back")
-    with transaction.atomic():
-        kept = cairnq_django.enqueue("tests.echo", {"n": "kept"})
-        try:
+def test_inline_never_runs_a_task_whose_block_rolled_back(
+    cairnq_tasks_inline, django_capture_on_commit_callbacks
+):
+    with django_capture_on_commit_callbacks(execute=True):
+        with pytest.raises(RuntimeError):
             with transaction.atomic():
-                cairnq_django.enqueue("tests.echo", {"n": "savepoint rolled back"})
-                raise RuntimeError("roll back the savepoint only")
-        except RuntimeError:
-            pass
+                cairnq_django.enqueue("tests.echo", {"n": "rolled back"})
+                raise RuntimeError("roll back")
+        with transaction.atomic():
+            kept = cairnq_django.enqueue("tests.echo", {"n": "kept"})
+            try:
+                with transaction.atomic():
+                    cairnq_django.enqueue("tests.echo", {"n": "savepoint rolled back"})
+                    raise RuntimeError("roll back the savepoint only")
+            except RuntimeError:
+                pass
     assert [r.task.id for r in cairnq_tasks_inline.ran] == [kept.id]
     assert [t.payload["n"] for t in cairnq_django.list_tasks()] == ["kept"]
 
@@ -180,8 +189,15 @@ class DjangoTestCaseUsage(TestCase):
 
     def test_inline(self):
         self.enterContext(run_tasks(inline=True))
-        with transaction.atomic():
-            task = cairnq_django.enqueue("tests.echo", {"n": 1})
+        task = cairnq_django.enqueue("tests.echo", {"n": 1})  # no transaction of the code's own
+        self.assertEqual(cairnq_django.get(task.id).status, "succeeded")
+
+    def test_inline_in_the_codes_transaction(self):
+        self.enterContext(run_tasks(inline=True))
+        with self.captureOnCommitCallbacks(execute=True):
+            with transaction.atomic():
+                task = cairnq_django.enqueue("tests.echo", {"n": 1})
+            self.assertEqual(cairnq_django.get(task.id).status, "queued")
         self.assertEqual(cairnq_django.get(task.id).status, "succeeded")
 
 
@@ -242,3 +258,33 @@ def test_inline_mode_fails_loudly_on_a_task_nothing_handles(db):
 
     with run_tasks(inline=True), pytest.raises(UnhandledTask, match="'tests.ecoh'"):
         cairnq_django.enqueue("tests.ecoh")
+
+
+def test_inline_mode_raises_an_unhandled_task_met_at_commit_when_the_block_ends(
+    db, django_capture_on_commit_callbacks
+):
+    from cairnq_django.testing import UnhandledTask
+
+    # Django only logs what a robust on_commit callback raises; the runner
+    # keeps it and fails the test with it.
+    with pytest.raises(UnhandledTask, match="'tests.ecoh'"):
+        with run_tasks(inline=True) as tasks:
+            with django_capture_on_commit_callbacks(execute=True), transaction.atomic():
+                typo = cairnq_django.enqueue("tests.ecoh")
+                ok = cairnq_django.enqueue("tests.echo", {"n": 1})
+            assert cairnq_django.get(typo.id).status == "queued"
+    # Each enqueue's callback is its own: the typo did not keep the other from running.
+    assert [r.task.id for r in tasks.ran] == [ok.id]
+
+
+def test_inline_mode_patches_nothing_and_listens_only_while_open(db):
+    from cairnq_django import signals
+
+    exit_before = transaction.Atomic.__exit__
+    assert not signals.task_written.receivers
+    with run_tasks(inline=True):
+        assert transaction.Atomic.__exit__ is exit_before
+        assert len(signals.task_written.receivers) == 1
+        with run_tasks(inline=True):
+            assert len(signals.task_written.receivers) == 1
+    assert not signals.task_written.receivers

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from types import SimpleNamespace
 
 import pytest
 from django.db import connections
@@ -78,7 +79,7 @@ def test_a_role_that_may_not_vacuum_is_told_once_and_stops_trying(live_store, ca
         with connections["default"].cursor() as cursor:
             cursor.execute(f'SET ROLE "{role}"')
         try:
-            assert live_store.vacuum_tasks() is None
+            assert live_store.executor.vacuum_tasks() is None
         finally:
             with connections["default"].cursor() as cursor:
                 cursor.execute("RESET ROLE")
@@ -87,14 +88,11 @@ def test_a_role_that_may_not_vacuum_is_told_once_and_stops_trying(live_store, ca
             cursor.execute(f'REVOKE ALL ON cairnq_meta, cairnq_tasks FROM "{role}"')
             cursor.execute(f'DROP ROLE "{role}"')
 
-    class NotAllowed:
-        using = live_store.using
-        dialect = live_store.dialect
-
-        def vacuum_tasks(self):
-            return None
-
-    upkeep = TableUpkeep(NotAllowed(), Reports())
+    not_allowed = SimpleNamespace(
+        using=live_store.using, dialect=live_store.dialect,
+        executor=SimpleNamespace(vacuum_tasks=lambda: None),
+    )
+    upkeep = TableUpkeep(not_allowed, Reports())
     upkeep.interval = 1
     with caplog.at_level(logging.WARNING, logger="cairnq_django.worker"):
         upkeep.claimed(1)

@@ -22,7 +22,7 @@ from django.db import OperationalError, connections
 
 import cairnq_django
 from cairnq_django import TaskTimeout, waiting, wakeup
-from cairnq_django.store import get_store
+from cairnq_django.store.leases import get_leases
 from cairnq_django.wakeup import Wakeup
 
 WAIT_LOGGER = "cairnq_django.wait"
@@ -110,8 +110,8 @@ def test_wait_rides_out_an_outage_and_warns_once(outage, caplog):
             outage.begin()
         elif n == 8:  # seven probes found the database missing
             outage.end()
-            get_store().claim(queues=["default"], worker_id="w")
-            get_store().complete(task.id, "w", {"v": 1})
+            get_leases().claim(queues=["default"], worker_id="w")
+            get_leases().complete(task.id, "w", {"v": 1})
 
     with caplog.at_level(logging.INFO, logger=WAIT_LOGGER), sleeper(plan) as calls:
         done = cairnq_django.wait(task.id, timeout=60, poll_initial=10, poll_max=50)
@@ -129,8 +129,8 @@ def test_call_rides_out_an_outage(outage):
             outage.begin()
         elif n == 4:
             outage.end()
-            for task in get_store().claim(queues=["default"], worker_id="w"):
-                get_store().complete(task.id, "w", {"doubled": task.payload["n"] * 2})
+            for task in get_leases().claim(queues=["default"], worker_id="w"):
+                get_leases().complete(task.id, "w", {"doubled": task.payload["n"] * 2})
 
     with sleeper(plan):
         assert cairnq_django.call("double", {"n": 21}, timeout=60, poll_max=50) == {"doubled": 42}
@@ -145,8 +145,8 @@ def test_two_outages_warn_twice(outage, caplog):
         elif n in (3, 8):
             outage.end()
         if n == 10:
-            get_store().claim(queues=["default"], worker_id="w")
-            get_store().complete(task.id, "w", None)
+            get_leases().claim(queues=["default"], worker_id="w")
+            get_leases().complete(task.id, "w", None)
 
     with caplog.at_level(logging.WARNING, logger=WAIT_LOGGER), sleeper(plan):
         assert cairnq_django.wait(task.id, timeout=60, poll_max=50).status == "succeeded"
@@ -202,8 +202,8 @@ def test_a_failure_found_right_after_an_outage_still_ends_it(outage, caplog):
             outage.begin()
         elif n == 3:
             outage.end()
-            get_store().claim(queues=["default"], worker_id="w")
-            get_store().fail(task.id, "w", "it bounced", retryable=False)
+            get_leases().claim(queues=["default"], worker_id="w")
+            get_leases().fail(task.id, "w", "it bounced", retryable=False)
 
     with caplog.at_level(logging.INFO, logger=WAIT_LOGGER):
         with sleeper(plan), pytest.raises(TaskFailed):
@@ -257,8 +257,8 @@ def test_await_task_rides_out_an_outage(outage, caplog):
 
     def mend():
         outage.end()
-        get_store().claim(queues=["default"], worker_id="w")
-        get_store().complete(task.id, "w", {"v": "a"})
+        get_leases().claim(queues=["default"], worker_id="w")
+        get_leases().complete(task.id, "w", {"v": "a"})
 
     class Breaking(Wakeup):
         async def await_done(self, task_id, timeout_s):
@@ -335,8 +335,8 @@ def test_wait_survives_its_session_and_the_listener_being_terminated(live_store,
         if n == 1:
             _terminate(connections["default"].connection.info.backend_pid, listener.backend_pid)
         elif n == 6:
-            get_store().claim(queues=["default"], worker_id="w")
-            get_store().complete(task.id, "w", {"v": 2})
+            get_leases().claim(queues=["default"], worker_id="w")
+            get_leases().complete(task.id, "w", {"v": 2})
 
     with caplog.at_level(logging.WARNING, logger=WAIT_LOGGER), sleeper(plan) as calls:
         done = cairnq_django.wait(task.id, timeout=60, poll_max=50)

@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     from django.db import connections
 
     from ..conf import cairnq_settings
-    from ..store import get_store
+    from ..store.leases import get_leases
     from .runner import ConformanceError, load_scenarios, run_scenarios
 
     try:
@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"Running {len(scenarios)} scenarios on {connection.vendor} test database {test_name}.")
     try:
         results = run_scenarios(
-            get_store(alias), scenarios, on_result=lambda result: print(result, flush=True)
+            get_leases(alias), scenarios, on_result=lambda result: print(result, flush=True)
         )
     finally:
         connection.creation.destroy_test_db(real_name, verbosity=0)

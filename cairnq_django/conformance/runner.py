@@ -1,4 +1,4 @@
-"""Run CairnQ conformance scenarios against a Store: loading, the ops, the steps.
+"""Run CairnQ conformance scenarios against the lease part: loading, the ops, the steps.
 
 A scenario is JSON data: a list of steps, each one store operation or a
 control step (sleep, expect), with assertions on what came back. The runner
@@ -26,7 +26,7 @@ from ..records import (
     DEFAULT_QUEUE,
     TaskRecord,
 )
-from ..store import Store
+from ..store.leases import LeaseOperations
 from .assertions import ASSERTIONS, StepFailed, check, describe, resolve
 
 __all__ = [
@@ -98,7 +98,7 @@ def load_scenarios(directory: str | Path) -> list[dict[str, Any]]:
 
 # ----------------------------------------------------------------------- ops
 def _submit(
-    store: Store,
+    store: LeaseOperations,
     name: str,
     payload: Any = None,
     key: str | None = None,
@@ -117,13 +117,13 @@ def _submit(
     )
 
 
-def _list(store: Store, filters: dict | None = None, **kwargs: Any) -> list[TaskRecord]:
+def _list(store: LeaseOperations, filters: dict | None = None, **kwargs: Any) -> list[TaskRecord]:
     # Scenarios may pass the filters flat or wrapped as {"filters": {...}}.
     return store.list(**(filters or {}), **kwargs)
 
 
 def _claim(
-    store: Store,
+    store: LeaseOperations,
     queues: list[str],
     worker_id: str,
     lease_ms: int = DEFAULT_LEASE_MS,
@@ -136,7 +136,7 @@ def _claim(
 
 
 def _heartbeat_batch(
-    store: Store, ids: list[str], worker_id: str, lease_ms: int = DEFAULT_LEASE_MS
+    store: LeaseOperations, ids: list[str], worker_id: str, lease_ms: int = DEFAULT_LEASE_MS
 ) -> list[dict[str, Any]]:
     held = store.heartbeat_batch(ids, worker_id, lease_ms)
     # The store answers a map; scenarios read the rows still held, in asked order.
@@ -146,7 +146,7 @@ def _heartbeat_batch(
 
 
 def _purge(
-    store: Store,
+    store: LeaseOperations,
     older_than_ms: int = 0,
     queue: str | None = None,
     status: str | None = None,
@@ -158,7 +158,7 @@ def _purge(
     )
 
 
-def _sleep(store: Store, ms: int) -> None:
+def _sleep(store: LeaseOperations, ms: int) -> None:
     time.sleep(ms / 1000)
 
 
@@ -195,7 +195,7 @@ OPS: dict[str, Callable[..., Any]] = {
 }
 
 
-def _bind(op: str, args: Any) -> Callable[[Store], Any]:
+def _bind(op: str, args: Any) -> Callable[[LeaseOperations], Any]:
     if op not in OPS:
         raise StepFailed(f"Unknown op {op!r}; this runner knows {', '.join(sorted(OPS))}, expect.")
     if not isinstance(args, dict):
@@ -215,7 +215,7 @@ def _bind(op: str, args: Any) -> Callable[[Store], Any]:
 
 
 # -------------------------------------------------------------------- steps
-def _run_step(store: Store, step: Any, saved: dict[str, Any]) -> None:
+def _run_step(store: LeaseOperations, step: Any, saved: dict[str, Any]) -> None:
     if not isinstance(step, dict) or not isinstance(step.get("op"), str):
         raise StepFailed(f"A step must be an object with a string 'op', got {step!r}.")
     op = step["op"]
@@ -262,7 +262,7 @@ def _run_step(store: Store, step: Any, saved: dict[str, Any]) -> None:
         check(value, step["expect"], saved)
 
 
-def run_scenario(store: Store, scenario: dict[str, Any]) -> ScenarioResult:
+def run_scenario(store: LeaseOperations, scenario: dict[str, Any]) -> ScenarioResult:
     """Run one scenario's steps in order and report the first that fails."""
     name = str(scenario.get("name", "<unnamed>"))
     unknown = set(scenario) - SCENARIO_KEYS
@@ -286,7 +286,7 @@ def run_scenario(store: Store, scenario: dict[str, Any]) -> ScenarioResult:
     return ScenarioResult(name=name, passed=True)
 
 
-def clear_tasks(store: Store) -> None:
+def clear_tasks(store: LeaseOperations) -> None:
     """Delete every CairnQ task and key row on the store's database."""
     from ..models import TaskKey
 
@@ -296,7 +296,7 @@ def clear_tasks(store: Store) -> None:
 
 
 def run_scenarios(
-    store: Store,
+    store: LeaseOperations,
     scenarios: Iterable[dict[str, Any]],
     on_result: Callable[[ScenarioResult], None] | None = None,
 ) -> list[ScenarioResult]:

@@ -8,10 +8,10 @@ from django.db import connections
 
 from ..conf import cairnq_settings
 from ..errors import QueueFull
-from ..store import Store
+from ..store import ApplicationOperations
 
 
-def wait_for_headroom(store: Store, queue: str) -> None:
+def wait_for_headroom(store: ApplicationOperations, queue: str) -> None:
     """Return once `queue` has room; raise QueueFull after MAX_QUEUE_WAIT.
 
     Inside a transaction on the queue's database there is no wait: a full

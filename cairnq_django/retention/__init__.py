@@ -11,8 +11,8 @@ without retention leaks disk. settings.CAIRNQ["RETENTION"] says what may go:
      {"status": "failed", "name": "emails.send",  # status and/or name
       "older_than": timedelta(days=90)}]
 
-Numbers are milliseconds. Each rule is one `Store.purge` filter, swept in
-batches of SWEEP_BATCH_SIZE rows with a SWEEP_PAUSE between statements, so a
+Numbers are milliseconds. Each rule is one `purge()` filter of the store, swept
+in batches of SWEEP_BATCH_SIZE rows with a SWEEP_PAUSE between statements, so a
 large backlog drains as a series of short writes that producers and workers
 slip in between (on SQLite each statement holds the single write lock).
 

@@ -19,7 +19,7 @@ class RetentionRule:
     name: str | None = None
 
     def purge_filters(self) -> dict[str, Any]:
-        """This rule as the filters of Store.purge and Store.count_purgeable."""
+        """This rule as the filters of the store's purge() and count_purgeable()."""
         return {
             "older_than_ms": self.older_than_ms, "queue": self.queue,
             "status": self.status, "name": self.name,

@@ -1,7 +1,7 @@
 """The sweeper: apply retention rules in bounded batches, once or on an interval.
 
-Each rule is one `Store.purge` filter, deleted SWEEP_BATCH_SIZE rows at a time
-with a SWEEP_PAUSE between statements, so other writers get in between.
+Each rule is one `purge()` filter of the store, deleted SWEEP_BATCH_SIZE rows at
+a time with a SWEEP_PAUSE between statements, so other writers get in between.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from django.utils.module_loading import import_string
 
 from ..conf import cairnq_settings
 from ..pooling import release
-from ..store import Store, get_store
+from ..store import ApplicationOperations, get_store
 from ..validators import check_integer
 from ..workflows.control import release_finished_steps
 from .config import SETTING, parse_retention
@@ -81,7 +81,7 @@ class RetentionSweeper:
         return cls(using=using, **overrides)
 
     @property
-    def store(self) -> Store:
+    def store(self) -> ApplicationOperations:
         return get_store(self.using)
 
     @property

@@ -1,5 +1,10 @@
-"""The protocol store: every CairnQ operation, over a Django database alias."""
+"""The protocol store: every CairnQ operation, over a Django database alias.
 
-from .facade import Store, get_store
+`get_store(using)` is the application part (application.py): submit, read,
+cancel, retry, purge, count. The lease part, for the worker, `testing` and
+conformance, is `store.leases.get_leases(using)`.
+"""
 
-__all__ = ["Store", "get_store"]
+from .application import ApplicationOperations, get_store
+
+__all__ = ["ApplicationOperations", "get_store"]

@@ -10,13 +10,16 @@ transaction.
 from __future__ import annotations
 
 import builtins  # list() shadows `list` in the annotations of the methods after it
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 from django.db import connections, transaction
 from django.db.models import Count
 
-from .. import jsoncodec
+from .. import jsoncodec, signals
+from ..conf import cairnq_settings
+from ..db.querysets import TaskQuerySet
 from ..errors import AlreadyExists
 from ..ids import new_task_id, now_ms
 from ..models import TaskFlow
@@ -77,6 +80,24 @@ class ApplicationOperations:
         self.executor = executor
         self.using = executor.using
         self.dialect = executor.dialect
+
+    # ------------------------------------------------- the executor's own
+    def tasks(self) -> TaskQuerySet:
+        """The Task QuerySet of this alias (querysets.TaskQuerySet)."""
+        return self.executor.tasks()
+
+    def atomic(self) -> transaction.Atomic:
+        """A write transaction (or savepoint inside the caller's) on this alias."""
+        return self.executor.atomic()
+
+    def clock_ms(self) -> int:
+        """Now in epoch ms from the queue's clock (Executor.clock_ms)."""
+        return self.executor.clock_ms()
+
+    def _written(self, rows: builtins.list[TaskRecord]) -> None:
+        # Only `testing`'s inline mode listens; without a receiver, no send.
+        if signals.task_written.receivers:
+            signals.task_written.send(sender=None, using=self.using, rows=rows)
 
     # ------------------------------------------------------------------ submit
     def prepare(
@@ -198,6 +219,11 @@ class ApplicationOperations:
         A concurrency key is a second row (models.TaskFlow), written in the
         same transaction the same way, so the task never exists without it.
         """
+        task = self._write_one(spec, key, conflict)
+        self._written([task])
+        return task
+
+    def _write_one(self, spec: TaskSpec, key: str | None, conflict: str) -> TaskRecord:
         if key is None and spec.get("concurrency_key") is None:
             return self._insert([spec])[0]
         if key is None:
@@ -275,7 +301,9 @@ class ApplicationOperations:
             for i, (key, conflict) in enumerate(keys):
                 if key is not None:
                     results[i] = self._submit_keyed(specs[i], key, conflict)
-        return results  # type: ignore[return-value]
+        written: list[TaskRecord] = results  # type: ignore[assignment]
+        self._written(written)
+        return written
 
     # ------------------------------------------------------------------- reads
     def get(self, task_id: str) -> TaskRecord | None:
@@ -403,3 +431,18 @@ class ApplicationOperations:
             chunk = [{"id": task_id} for task_id in task_ids[start : start + chunk_size]]
             deleted += [row[0] for row in self.executor.run(PURGE_IDS, shape=(len(chunk),), rows=chunk)]
         return deleted
+
+
+@functools.cache
+def _store_of(using: str) -> ApplicationOperations:
+    return ApplicationOperations(Executor(using))
+
+
+def get_store(using: str | None = None) -> ApplicationOperations:
+    """The application part for a database alias (default: settings.CAIRNQ['DATABASE']).
+
+    What application code, the admin, retention, schedules and flow control
+    use; a lease holder (the worker, `testing`, conformance) takes
+    `store.leases.get_leases(using)`, which can do all of this too.
+    """
+    return _store_of(cairnq_settings.DATABASE if using is None else using)

@@ -1,12 +1,16 @@
 """What only a lease holder may do: probe for work, claim it, renew the lease, report, settle.
 
-The worker and `testing` call these. Every write after the claim checks that
-the caller still holds the lease (its worker id, and a lease that has not
-expired); one that matched nothing raises LostLease.
+The worker, `testing` and conformance take this part (`get_leases(using)`);
+application code takes `get_store(using)` (application.py), and an
+import-linter contract keeps this module out of the client, the admin,
+retention, schedules, flow control and the Tasks backend. Every write after
+the claim checks that the caller still holds the lease (its worker id, and a
+lease that has not expired); one that matched nothing raises LostLease.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -15,6 +19,7 @@ from typing import Any
 from django.db import connections
 from django.db.models import F
 
+from ..conf import cairnq_settings
 from ..drained import DRAINED_CHANNEL
 from ..errors import LostLease, error_envelope
 from ..jsoncodec import check_text, dumps
@@ -22,6 +27,7 @@ from ..models import TaskFlow
 from ..records import DEFAULT_LEASE_MS, Limit, TaskRecord
 from ..validators import MAX_DELAY_MS, check_integer
 from . import attempts, sql
+from .application import ApplicationOperations
 from .django_private import is_client_binding
 from .encoding import LEASE_EXPIRED, encode_result, error_json, record
 from .executor import Executor
@@ -97,13 +103,15 @@ def claim_order(task: TaskRecord) -> tuple[int, int, str]:
     return (-task.priority, task.run_at_ms, task.id)
 
 
-class LeaseOperations:
-    """Claims and settles over one executor; every write checks that the caller holds the lease."""
+class LeaseOperations(ApplicationOperations):
+    """Claims and settles over one executor; every write checks that the caller holds the lease.
+
+    A lease holder submits and reads too (a handler's children, a settled
+    step's release), so this part is the application part and more.
+    """
 
     def __init__(self, executor: Executor) -> None:
-        self.executor = executor
-        self.using = executor.using
-        self.dialect = executor.dialect
+        super().__init__(executor)
         self._limited = LimitedClaims(executor)
 
     def has_claimable(self, *, queues: Sequence[str], names: Sequence[str] | None = None) -> bool:
@@ -431,3 +439,17 @@ class LeaseOperations:
                     flow.create(task_id=task_id, snoozes=1)
             attempts.record_snooze(self.using, task, worker_id, started_at_ms)
         return task
+
+
+@functools.cache
+def _leases_of(using: str) -> LeaseOperations:
+    return LeaseOperations(Executor(using))
+
+
+def get_leases(using: str | None = None) -> LeaseOperations:
+    """The lease part for a database alias (default: settings.CAIRNQ['DATABASE']).
+
+    One per alias, as `get_store`: the limited claim keeps what it learned
+    between claims (limited_claim.LimitedClaims).
+    """
+    return _leases_of(cairnq_settings.DATABASE if using is None else using)

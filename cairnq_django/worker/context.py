@@ -34,7 +34,7 @@ from ..delays import snooze_delay_ms
 from ..errors import LostLease, SerializationError
 from ..flow.backpressure import wait_for_headroom
 from ..records import TaskRecord
-from ..store import Store
+from ..store.leases import LeaseOperations
 from .backoff import retry_delay_ms
 from .envelopes import as_envelope, unserializable_envelope
 
@@ -86,7 +86,7 @@ class TaskContext:
     def __init__(
         self,
         *,
-        store: Store,
+        store: LeaseOperations,
         task: TaskRecord,
         worker_id: str,
         lease_ms: int,

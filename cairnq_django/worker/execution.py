@@ -28,8 +28,8 @@ from .. import signals
 from ..errors import LostLease, SerializationError, Snooze
 from ..pooling import release_all
 from ..records import TaskRecord, attempt_label
-from ..store import Store
 from ..store.encoding import encode_result
+from ..store.leases import LeaseOperations
 from .context import TaskContext
 from .envelopes import as_envelope
 from .registry import Registration
@@ -80,7 +80,7 @@ class Execution:
         self,
         *,
         worker: Any,
-        store: Store,
+        store: LeaseOperations,
         on_done: Callable[[Call], None],
         report: Callable[..., None],
         write_completion: Callable[[str, str, Any], TaskRecord] | None = None,

@@ -36,7 +36,8 @@ from django.db.utils import Error as DatabaseError
 
 from ..errors import HeartbeatLate
 from ..pooling import release
-from ..store import Store, sql
+from ..store import sql
+from ..store.leases import LeaseOperations
 from ..store.timeouts import bounded_statements
 from .connections import statement_timeout_ms
 from .context import TaskContext
@@ -58,7 +59,7 @@ class Heartbeat(threading.Thread):
     def __init__(
         self,
         *,
-        store: Store,
+        store: LeaseOperations,
         worker_id: str,
         lease_ms: int,
         in_flight: Callable[[], list[TaskContext]],

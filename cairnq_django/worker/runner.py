@@ -32,7 +32,7 @@ from ..errors import HeartbeatLate, ProtocolVersionMismatch
 from ..ids import ulid
 from ..pooling import release
 from ..records import Limit, TaskRecord
-from ..store import get_store
+from ..store.leases import get_leases
 from ..store.timeouts import bounded_statements
 from ..tables import check_tables
 from ..wakeup import Wakeup, get_wakeup
@@ -111,7 +111,7 @@ class Worker:
             autodiscover()
         self.registry = registry or default_registry
         self.using = options.using
-        self.store = get_store(self.using)
+        self.store = get_leases(self.using)
         # Enqueue the occurrences of CAIRNQ['SCHEDULE'] (not in burst mode).
         self.run_scheduler = options.scheduler and not options.burst
         self.handlers = select_handlers(self.registry.handlers, options.names)
@@ -399,7 +399,7 @@ class Worker:
         """Keep the planner's statistics fresh (without them SQLite skips the lease index)."""
         try:
             with self._write_gate:
-                self.store.refresh_statistics()
+                self.store.executor.refresh_statistics()
         except Exception as exc:  # stale statistics cost speed, never correctness
             self.report(exc, phase="statistics")
 

@@ -37,8 +37,8 @@ from django.db.utils import InterfaceError, OperationalError
 from ..errors import LostLease
 from ..pooling import release
 from ..records import TaskRecord
-from ..store import Store
 from ..store.encoding import encode_result
+from ..store.leases import LeaseOperations
 from ..store.timeouts import bounded_statements
 
 logger = logging.getLogger("cairnq_django.worker")
@@ -131,7 +131,7 @@ class Settler:
     """One thread that commits completions in groups for the handler threads."""
 
     def __init__(
-        self, store: Store, *, write_gate: AbstractContextManager[Any],
+        self, store: LeaseOperations, *, write_gate: AbstractContextManager[Any],
         statement_timeout_ms: int | None = None,
         lease_expired_by: Callable[[str], float | None] | None = None,
         lease_ms: int | None = None,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from ..store import Store
+from ..store.leases import LeaseOperations
 from ..workflows import STEP_KEY
 from ..workflows.grafting import graft
 from ..workflows.reads import Parents, parent_results
@@ -44,7 +44,7 @@ class StepContext(TaskContext):
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.settling = StepSettling(self._store)
-        self._store = cast(Store, self.settling)
+        self._store = cast(LeaseOperations, self.settling)
         self._parents: Parents | None = None
 
     @property

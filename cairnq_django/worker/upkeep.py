@@ -33,7 +33,7 @@ from collections.abc import Callable
 
 from django.db import connections
 
-from ..store.facade import Store
+from ..store.leases import LeaseOperations
 
 logger = logging.getLogger("cairnq_django.worker")
 
@@ -53,7 +53,7 @@ def claims_between(rows: int) -> int:
 class TableUpkeep:
     """Counts the worker's claims and VACUUMs the queue table after enough of them."""
 
-    def __init__(self, store: Store, report: Callable[..., None]) -> None:
+    def __init__(self, store: LeaseOperations, report: Callable[..., None]) -> None:
         self.store = store
         self.report = report
         self.enabled = store.dialect.needs_claim_vacuum
@@ -82,7 +82,7 @@ class TableUpkeep:
 
     def _vacuum(self) -> None:
         try:
-            rows = self.store.vacuum_tasks()
+            rows = self.store.executor.vacuum_tasks()
             if rows is None:
                 self.enabled = False
                 logger.warning(

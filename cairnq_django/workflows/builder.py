@@ -28,7 +28,7 @@ from ..errors import CairnQError
 from ..ids import ulid
 from ..jsoncodec import dumps
 from ..records import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE, MAX_LIMIT_VALUE_LENGTH, TaskSpec
-from ..store import Store, get_store
+from ..store import ApplicationOperations, get_store
 from ..validators import MAX_KEY_LENGTH, MAX_NAME_LENGTH, check_label
 from . import STEP_KEY
 from .models import WHEN_CHOICES, WorkflowEdge, WorkflowStep
@@ -134,7 +134,7 @@ class Workflow:
         return WorkflowRun.load(workflow_id, using=store.using)
 
     # ------------------------------------------------------------ checks
-    def _checked(self, store: Store) -> tuple[list[_Planned], dict[str, list[str]]]:
+    def _checked(self, store: ApplicationOperations) -> tuple[list[_Planned], dict[str, list[str]]]:
         """Every step checked, and each step's parents by name; InvalidWorkflow before any write."""
         steps = self._steps
         if not steps:
@@ -167,7 +167,7 @@ class Workflow:
         _check_acyclic(self.name, [s.name for s in steps], parents)
         return steps, parents
 
-    def _check_step(self, store: Store, step: _Planned) -> None:
+    def _check_step(self, store: ApplicationOperations, step: _Planned) -> None:
         where = f"step {step.name!r} of workflow {self.name!r}"
         check_label("Step name", step.name, MAX_NAME_LENGTH)
         if step.when not in WHEN_CHOICES:
@@ -193,7 +193,9 @@ class Workflow:
         )
 
     # ------------------------------------------------------------ writing
-    def _write(self, store: Store, steps: list[_Planned], parents: dict[str, list[str]]) -> str:
+    def _write(
+        self, store: ApplicationOperations, steps: list[_Planned], parents: dict[str, list[str]]
+    ) -> str:
         using = store.using
         workflow_id = "wf_" + ulid()
         WorkflowRow.objects.using(using).create(
@@ -239,7 +241,7 @@ class Workflow:
         return options
 
 
-def task_spec(store: Store, step: WorkflowStep) -> TaskSpec:
+def task_spec(store: ApplicationOperations, step: WorkflowStep) -> TaskSpec:
     """The task row of a step that is due, prepared (unkeyed: the step's own id makes it unique)."""
     options = step.options or {}
     spec = store.prepare(

@@ -16,7 +16,7 @@ from django.db.models import F
 
 from ..ids import ulid
 from ..jsoncodec import dumps
-from ..store import Store
+from ..store import ApplicationOperations
 from ..validators import MAX_NAME_LENGTH, check_label
 from .builder import InvalidWorkflow, task_name
 from .models import Workflow, WorkflowEdge, WorkflowStep
@@ -40,7 +40,7 @@ def graft(
             "options": options}
 
 
-def write_grafts(store: Store, step: WorkflowStep, grafts: Sequence[dict[str, Any]]) -> None:
+def write_grafts(store: ApplicationOperations, step: WorkflowStep, grafts: Sequence[dict[str, Any]]) -> None:
     """Insert the grafts as children of `step` and raise their blocked steps' counts."""
     using = store.using
     steps = WorkflowStep.objects.using(using)

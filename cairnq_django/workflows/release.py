@@ -23,7 +23,7 @@ from django.db.models import F, Q
 
 from ..flow.limits import clear_limit
 from ..records import TERMINAL_STATUSES, TaskRecord, TaskSpec
-from ..store import Store
+from ..store import ApplicationOperations
 from . import STEP_KEY
 from .models import WorkflowEdge, WorkflowStep
 from .statements import (
@@ -48,7 +48,9 @@ def step_marker(row: TaskRecord) -> dict[str, Any] | None:
     return marker if isinstance(marker.get("step"), str) and isinstance(marker.get("workflow"), str) else None
 
 
-def after_settle(store: Store, row: TaskRecord, grafts: Sequence[dict[str, Any]] = ()) -> None:
+def after_settle(
+    store: ApplicationOperations, row: TaskRecord, grafts: Sequence[dict[str, Any]] = ()
+) -> None:
     """Release what `row`'s end lets run; call inside the transaction that settled it.
 
     Does nothing for a plain task, a row not yet terminal (a retry, a
@@ -69,21 +71,21 @@ def after_settle(store: Store, row: TaskRecord, grafts: Sequence[dict[str, Any]]
     _cascade(store, marker["workflow"], {marker["step"]: row.status})
 
 
-def finish(store: Store, workflow_id: str, ended: Iterable[tuple[WorkflowStep, str]]) -> None:
+def finish(store: ApplicationOperations, workflow_id: str, ended: Iterable[tuple[WorkflowStep, str]]) -> None:
     """Record steps' ends, count down (or cancel) their children, release those now due."""
     outcome = {step.pk: status for step, status in ended}
     _record(store, outcome)
     _cascade(store, workflow_id, outcome)
 
 
-def _record(store: Store, outcome: dict[str, str]) -> None:
+def _record(store: ApplicationOperations, outcome: dict[str, str]) -> None:
     """Write each step's end state, one statement per distinct state."""
     steps = WorkflowStep.objects.using(store.using)
     for state in set(outcome.values()):
         steps.filter(pk__in=[pk for pk, s in outcome.items() if s == state]).update(state=state)
 
 
-def _cascade(store: Store, workflow_id: str, outcome: dict[str, str]) -> None:
+def _cascade(store: ApplicationOperations, workflow_id: str, outcome: dict[str, str]) -> None:
     """After `outcome`'s steps ended (their states written): count down their children, release the due.
 
     The task rows of the steps now due are written last (release()).
@@ -114,7 +116,7 @@ def _cascade(store: Store, workflow_id: str, outcome: dict[str, str]) -> None:
 
 
 def _waiting_children(
-    store: Store, outcome: dict[str, str]
+    store: ApplicationOperations, outcome: dict[str, str]
 ) -> tuple[list[WorkflowStep], dict[str, list[str]]]:
     """The ended steps' waiting children (locked), and the end states of each child's ended parents."""
     if len(outcome) == 1:
@@ -141,7 +143,7 @@ def _child(row: Sequence[Any]) -> WorkflowStep:
     )
 
 
-def _count_down(store: Store, counted: dict[int, list[str]]) -> None:
+def _count_down(store: ApplicationOperations, counted: dict[int, list[str]]) -> None:
     """Lower the waiting counts: `counted` maps a decrement to the steps it applies to."""
     for by, pks in counted.items():
         if len(pks) == 1:  # a fan-in's parent ending: its one child
@@ -150,7 +152,7 @@ def _count_down(store: Store, counted: dict[int, list[str]]) -> None:
             WorkflowStep.objects.using(store.using).filter(pk__in=pks).update(pending=F("pending") - by)
 
 
-def release(store: Store, due: Sequence[WorkflowStep]) -> None:
+def release(store: ApplicationOperations, due: Sequence[WorkflowStep]) -> None:
     """Mark steps whose parents are all done released, and insert their task rows.
 
     The task rows are written last, so the commit follows their INSERT as
@@ -177,7 +179,9 @@ def release(store: Store, due: Sequence[WorkflowStep]) -> None:
     store.submit_many(specs)
 
 
-def _count_down_workflow(store: Store, workflow_id: str, closed: int, unsuccessful: int) -> None:
+def _count_down_workflow(
+    store: ApplicationOperations, workflow_id: str, closed: int, unsuccessful: int
+) -> None:
     """Lower the workflow's open count (its row locked last), ending it when nothing is open.
 
     A workflow is only ever ended by the count-down that closes its last

@@ -10,14 +10,14 @@ from __future__ import annotations
 from typing import Any
 
 from ..records import TaskRecord
-from ..store import Store
+from ..store.leases import LeaseOperations
 from .release import after_settle
 
 
 class StepSettling:
-    """A Store whose complete/succeed/fail/snooze also release the step's children before commit."""
+    """The lease part; its complete/succeed/fail/snooze also release the step's children."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: LeaseOperations) -> None:
         self._store = store
         #: Steps the handler grafted (ctx.workflow.add), written if the step succeeds.
         self.grafts: list[dict[str, Any]] = []

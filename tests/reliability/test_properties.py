@@ -27,7 +27,7 @@ from hypothesis.stateful import (
 
 from cairnq_django.errors import AlreadyExists, LostLease
 from cairnq_django.records import TERMINAL_STATUSES
-from cairnq_django.store import get_store
+from cairnq_django.store.leases import get_leases
 
 WORKERS = ("w1", "w2")
 # A worker strategy that mostly names the task's own lease holder, so writes
@@ -59,7 +59,7 @@ class QueueMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.store = get_store("default")
+        self.store = get_leases("default")
         with connections["default"].cursor() as cursor:
             cursor.execute("DELETE FROM cairnq_task_keys")
             cursor.execute("DELETE FROM cairnq_tasks")
