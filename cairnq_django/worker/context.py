@@ -265,11 +265,11 @@ class TaskContext:
 
     # ------------------------------------------------------------ async twins
     async def run_db(self, fn: Callable[[], Any]) -> Any:
-        """Run `fn`, database work of an async handler, off the event loop.
+        """Run `fn`, database work of an async handler, off the event loop; the twins below use it.
 
-        In a worker, on its database threads, as the twins below; in
-        cairnq_django.testing, which has no such threads, on the thread that
-        runs the test, so the work shares the test's connection.
+        In a worker, on its database threads; in cairnq_django.testing, which
+        has no such threads, on the thread that runs the test, so the work
+        shares the test's connection (and sees the rows of its transaction).
         """
         if self._db_executor is None:
             return await sync_to_async(fn, thread_sensitive=True)()
@@ -285,26 +285,26 @@ class TaskContext:
         return await asyncio.get_running_loop().run_in_executor(self._db_executor, call)
 
     async def aprogress(self, value: float | None, message: str | None = None) -> TaskRecord:
-        return await self._run_db(partial(self.progress, value, message))
+        return await self.run_db(partial(self.progress, value, message))
 
     async def aheartbeat(self) -> TaskRecord:
-        return await self._run_db(self.heartbeat)
+        return await self.run_db(self.heartbeat)
 
     async def acanceled(self) -> bool:
         if self.settlement.cancel_seen:
             return True
-        return await self._run_db(self.canceled)
+        return await self.run_db(self.canceled)
 
     async def asucceed(self, result: Any = None) -> TaskRecord | None:
-        return await self._run_db(partial(self.succeed, result))
+        return await self.run_db(partial(self.succeed, result))
 
     async def afail(
         self, error: Any = "The task failed.", *, retryable: bool = True
     ) -> TaskRecord | None:
-        return await self._run_db(partial(self.fail, error, retryable=retryable))
+        return await self.run_db(partial(self.fail, error, retryable=retryable))
 
     async def asnooze(self, delay: float | timedelta) -> TaskRecord | None:
-        return await self._run_db(partial(self.snooze, delay))
+        return await self.run_db(partial(self.snooze, delay))
 
     async def asubmit(self, name: str, payload: Any = None, **options: Any) -> TaskRecord:
-        return await self._run_db(partial(self.submit, name, payload, **options))
+        return await self.run_db(partial(self.submit, name, payload, **options))
