@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import timedelta
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from asgiref.sync import sync_to_async
 from django.db import close_old_connections
@@ -31,6 +31,8 @@ from ..records import TaskRecord
 from ..store.leases import LeaseOperations
 from .envelopes import as_envelope
 from .settlement import Settlement
+
+_T = TypeVar("_T")
 
 # How long canceled() trusts its last read of the row; keeps a tight
 # `while not ctx.canceled()` loop from turning into a query storm.
@@ -103,7 +105,8 @@ class TaskContext:
 
     @property
     def metadata(self) -> dict[str, Any]:
-        return self._task.metadata
+        # The protocol's metadata is always a JSON object.
+        return cast(dict[str, Any], self._task.metadata)
 
     @property
     def root_id(self) -> str | None:
@@ -264,7 +267,7 @@ class TaskContext:
         return child
 
     # ------------------------------------------------------------ async twins
-    async def run_db(self, fn: Callable[[], Any]) -> Any:
+    async def run_db(self, fn: Callable[[], _T]) -> _T:
         """Run `fn`, database work of an async handler, off the event loop; the twins below use it.
 
         In a worker, on its database threads; in cairnq_django.testing, which
@@ -275,8 +278,8 @@ class TaskContext:
             return await sync_to_async(fn, thread_sensitive=True)()
         return await self._run_db(fn)
 
-    async def _run_db(self, fn: Callable[[], Any]) -> Any:
-        def call() -> Any:
+    async def _run_db(self, fn: Callable[[], _T]) -> _T:
+        def call() -> _T:
             try:
                 return fn()
             finally:
