@@ -193,6 +193,7 @@ class TaskRunner:
             store=self.store, task=row, worker_id=self.worker_id, lease_ms=_LEASE_MS,
             retry_backoff_base_ms=0, retry_backoff_cap_ms=0, retries=self.retries,
         )
+        settlement = ctx.settlement
         self._send(signals.task_started, task=row)
         started = time.monotonic()
         exception = None
@@ -207,19 +208,19 @@ class TaskRunner:
         except BaseException as exc:
             exception = exc
             if isinstance(exc, Snooze):
-                ctx.snooze_unsettled(exc.delay_ms)
-            elif not isinstance(exc, LostLease) and not ctx.settled and not ctx.lost_lease:
+                settlement.snooze_unsettled(exc.delay_ms)
+            elif not isinstance(exc, LostLease) and not settlement.settled and not ctx.lost_lease:
                 envelope, retryable = as_envelope(exc, registration.retries(exc))
                 ctx.fail(envelope, retryable=retryable)
         else:
-            if not ctx.settled and not ctx.lost_lease:
+            if not settlement.settled and not ctx.lost_lease:
                 if registration.batch is not None and isinstance(result, dict):
                     result = result.get(row.id)
                 try:
                     ctx.succeed(result)
                 except SerializationError as exc:
-                    ctx.fail_unserializable(exc)
-        final = ctx.final or self.store.get(row.id) or row
+                    settlement.fail_unserializable(exc)
+        final = settlement.final or self.store.get(row.id) or row
         self._ended(final, ctx, time.monotonic() - started, exception)
         attempt = Ran(task=final, exception=exception)
         self.ran.append(attempt)
@@ -231,18 +232,19 @@ class TaskRunner:
     ) -> None:
         # The worker's own end-of-task signals, so receivers (and the Tasks
         # framework's task_finished) see a test run as they see a worker's.
+        settlement = ctx.settlement
         if row.status == "succeeded":
             self._send(signals.task_succeeded, task=row, duration=duration)
         elif row.status == "canceled":
             self._send(signals.task_canceled, task=row, duration=duration)
-        elif row.status == "queued" and ctx.snoozed_ms is not None:
+        elif row.status == "queued" and settlement.snoozed_ms is not None:
             self._send(
-                signals.task_snoozed, task=row, duration=duration, delay_ms=ctx.snoozed_ms
+                signals.task_snoozed, task=row, duration=duration, delay_ms=settlement.snoozed_ms
             )
         elif row.status == "queued":
             self._send(
                 signals.task_retrying, task=row, duration=duration, error=row.error,
-                delay_ms=ctx.failure[2] if ctx.failure else 0,
+                delay_ms=settlement.failure[2] if settlement.failure else 0,
             )
         elif row.status == "failed":
             signals.send_while_handling(

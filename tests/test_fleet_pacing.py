@@ -164,8 +164,8 @@ def test_a_task_enqueued_while_the_only_worker_defers_is_still_run(live_store):
     reg.register("herd.noop", lambda ctx, payload: "ran")
     worker = Worker(registry=reg, concurrency=1, scheduler=False)
     for _ in range(10):
-        worker._pacing.woken_claim(started=0)  # as if it lost many races
-    assert worker._pacing.defers
+        worker._idle.pacing.woken_claim(started=0)  # as if it lost many races
+    assert worker._idle.pacing.defers
     threads = _start([worker])
     try:
         assert get_wakeup("default").ready(10)
@@ -256,11 +256,11 @@ def test_a_worker_that_lost_races_waits_for_an_announcement_only_when_peers_anno
     reg = Registry()
     reg.register("herd.noop", lambda ctx, payload: None)
     worker = Worker(registry=reg, concurrency=1, scheduler=False)
-    worker._pacing.woken_claim(started=0)  # it lost a race
-    worker._wakeup = _Announcements(peers)
+    worker._idle.pacing.woken_claim(started=0)  # it lost a race
+    worker._idle.wakeup = _Announcements(peers)
     # Alone, the race was lost to its own earlier claim: it claims at once.
-    assert worker._stand_down(0) is peers
-    assert worker._wakeup.waits == (1 if peers else 0)
+    assert worker._idle._stand_down(0) is peers
+    assert worker._idle.wakeup.waits == (1 if peers else 0)
 
 
 @only_postgres
@@ -291,7 +291,7 @@ def test_an_announcement_heard_before_the_wake_does_not_stand_a_worker_down(live
     # Polls minutes apart: the task runs only if the wake is answered.
     worker = Worker(registry=reg, concurrency=1, scheduler=False, poll_ms=60_000)
     for _ in range(10):
-        worker._pacing.woken_claim(started=0)  # it lost many races
+        worker._idle.pacing.woken_claim(started=0)  # it lost many races
     key = drained_key(worker.queues, worker.handlers)
     wakeup = get_wakeup("default")
     threads = _start([worker])

@@ -65,7 +65,7 @@ def test_snooze_requeues_later_giving_the_attempt_back(store):
     assert row.completed_at_ms is None
     assert store.get(ctx.task_id) == row
     assert snoozes(ctx.task_id) == 1
-    assert ctx.settled and ctx.snoozed_ms == 30_000
+    assert ctx.settlement.settled and ctx.settlement.snoozed_ms == 30_000
     # Settling twice is a no-op, as for succeed and fail.
     assert ctx.snooze(5) is None and ctx.succeed("late") is None
     assert snoozes(ctx.task_id) == 1
@@ -134,7 +134,7 @@ def test_a_snooze_from_a_lease_taken_over_is_refused(store):
     with pytest.raises(LostLease):
         ctx.snooze(30)
 
-    assert ctx.lost_lease and not ctx.settled
+    assert ctx.lost_lease and not ctx.settlement.settled
     assert store.get(ctx.task_id) == before
     assert snoozes(ctx.task_id) is None
 
@@ -168,7 +168,7 @@ def test_bad_delays_are_refused_before_any_write(store, delay):
     with pytest.raises(ValueError, match="snooze delay"):
         Snooze(delay)
     assert store.get(ctx.task_id).status == "running"
-    assert not ctx.settled and not ctx.lost_lease
+    assert not ctx.settlement.settled and not ctx.lost_lease
 
 
 @pytest.mark.parametrize("delay_ms", [0, -5, 1.5, 2**52 + 1])

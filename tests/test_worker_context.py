@@ -115,7 +115,7 @@ def test_atomic_commits_writes_and_completion_together(store):
             " VALUES (%s, 'w', 1, 'in-atomic')", [ctx.task_id],
         )
         done.result = {"rows": 1}
-    assert ctx.settled
+    assert ctx.settlement.settled
     row = store.get(ctx.task_id)
     assert row.status == "succeeded" and row.result == {"rows": 1}
     assert [r[3] for r in runs()] == ["in-atomic"]
@@ -134,13 +134,13 @@ def test_atomic_rolls_back_writes_when_the_lease_is_gone(store):
                 " VALUES (%s, 'w', 1, 'doomed')", [ctx.task_id],
             )
     assert runs() == []
-    assert ctx.lost_lease and not ctx.settled
+    assert ctx.lost_lease and not ctx.settlement.settled
     assert store.get(ctx.task_id).status == "running"
 
 
 def test_atomic_refuses_to_start_once_the_lease_is_known_lost(store):
     ctx = claimed_context(store)
-    ctx.mark_lost_lease()
+    ctx.settlement.mark_lost_lease()
     with pytest.raises(LostLease):
         with ctx.atomic():
             raise AssertionError("The block must not run.")

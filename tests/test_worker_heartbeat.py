@@ -112,7 +112,7 @@ def test_completion_committed_before_the_context_knows_is_not_a_lost_lease(
     errors = beat_inside_the_window(live_store, ctx, pause, thread, caplog)
     assert "error" not in outcome, outcome
     assert_not_lost(ctx, errors, caplog)
-    assert ctx.settled and ctx.final.status == "succeeded"
+    assert ctx.settlement.settled and ctx.settlement.final.status == "succeeded"
     assert get(ctx.task_id).status == "succeeded"
 
 
@@ -145,7 +145,7 @@ def test_a_retry_committed_before_the_context_knows_is_not_a_lost_lease(
     errors = beat_inside_the_window(live_store, ctx, pause, thread, caplog)
     assert "error" not in outcome, outcome
     assert_not_lost(ctx, errors, caplog)
-    assert ctx.settled and get(ctx.task_id).status == "queued"
+    assert ctx.settlement.settled and get(ctx.task_id).status == "queued"
 
 
 def test_an_atomic_completion_committed_before_the_context_knows_is_not_a_lost_lease(
@@ -163,7 +163,7 @@ def test_an_atomic_completion_committed_before_the_context_knows_is_not_a_lost_l
     errors = beat_inside_the_window(live_store, ctx, pause, thread, caplog)
     assert "error" not in outcome, outcome
     assert_not_lost(ctx, errors, caplog)
-    assert ctx.settled and get(ctx.task_id).status == "succeeded"
+    assert ctx.settlement.settled and get(ctx.task_id).status == "succeeded"
 
 
 def test_a_task_taken_over_meanwhile_is_still_flagged_lost(live_store, claimed, caplog):
@@ -188,8 +188,8 @@ def test_a_settle_that_fails_leaves_a_later_loss_detectable(live_store, claimed,
         raise RuntimeError("the database went away")
 
     with pytest.raises(RuntimeError):
-        ctx.complete_unsettled(broken_write)
-    assert not ctx.settled_or_settling()
+        ctx.settlement.complete_unsettled(broken_write)
+    assert not ctx.settlement.settled_or_settling()
     sql(
         live_store.using,
         "UPDATE cairnq_tasks SET worker_id = 'worker_thief' WHERE id = %s",
@@ -325,32 +325,32 @@ def test_a_completion_written_elsewhere_is_waited_for_by_the_next_lock_holder(
     context's lock makes an abandon (shutdown) wait for its outcome, as it
     waited for the handler thread that used to hold the lock through it."""
     ctx = claimed
-    assert ctx.begin_completion()
-    assert ctx.settled_or_settling()  # a heartbeat finding the row gone is not a lost lease
-    assert not ctx.mark_lost_unless_settling()
+    assert ctx.settlement.begin_completion()
+    assert ctx.settlement.settled_or_settling()  # a heartbeat finding the row gone is not a lost lease
+    assert not ctx.settlement.mark_lost_unless_settling()
     abandon, outcome = in_thread(
-        lambda: ctx.abandon({"code": "shutdown", "message": "stop"}, delay_ms=0)
+        lambda: ctx.settlement.abandon({"code": "shutdown", "message": "stop"}, delay_ms=0)
     )
     time.sleep(0.2)
     assert abandon.is_alive()  # waiting for the completion's outcome
     row = live_store.complete(ctx.task_id, WORKER, {"done": True})
-    ctx.end_completion(row)
+    ctx.settlement.end_completion(row)
     abandon.join(30)
     assert outcome.get("value", "missing") is None, outcome  # already settled: nothing written
-    assert ctx.settled and ctx.final.status == "succeeded"
+    assert ctx.settlement.settled and ctx.settlement.final.status == "succeeded"
     assert get(ctx.task_id).status == "succeeded"
-    assert not ctx.begin_completion()  # settled: nothing left to complete
+    assert not ctx.settlement.begin_completion()  # settled: nothing left to complete
 
 
 def test_a_completion_written_elsewhere_that_lost_its_lease_flags_the_context(
     live_store, claimed
 ):
     ctx = claimed
-    assert ctx.begin_completion()
-    ctx.end_completion(None, lost=True)
-    assert ctx.lost_lease and not ctx.settled and not ctx.settled_or_settling()
+    assert ctx.settlement.begin_completion()
+    ctx.settlement.end_completion(None, lost=True)
+    assert ctx.lost_lease and not ctx.settlement.settled and not ctx.settlement.settled_or_settling()
     assert ctx.wait_lost_lease(0)
-    assert ctx.fail_unsettled({"code": "x", "message": "y"}, True) is None
+    assert ctx.settlement.fail_unsettled({"code": "x", "message": "y"}, True) is None
 
 
 @postgres_only

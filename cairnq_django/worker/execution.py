@@ -192,11 +192,11 @@ class Execution:
             encoded = encode_result(result)
         except SerializationError:
             return False  # complete_unsettled fails the task for it
-        if not ctx.begin_completion():
+        if not ctx.settlement.begin_completion():
             return False
         then = partial(self._completed_later, call, ctx, result, encoded, retry)
         if not self.complete_later(ctx.task_id, ctx.worker_id, encoded, then):
-            ctx.end_completion(None)  # nothing was written: the usual path writes it
+            ctx.settlement.end_completion(None)  # nothing was written: the usual path writes it
             return False
         return True
 
@@ -221,12 +221,12 @@ class Execution:
                 except Exception as exc:
                     error = exc
             if error is None:
-                ctx.end_completion(row)
+                ctx.settlement.end_completion(row)
             elif isinstance(error, LostLease):
-                ctx.end_completion(None, lost=True)
+                ctx.settlement.end_completion(None, lost=True)
             else:
                 # Left running: lease recovery settles it if this worker cannot.
-                ctx.end_completion(None)
+                ctx.settlement.end_completion(None)
                 self.report(error, phase="settle", task=ctx.name, task_id=ctx.task_id)
             self.ended(call)
         except Exception as exc:
@@ -237,7 +237,7 @@ class Execution:
         """Fail every task the call left unsettled, as the exception says (Snooze snoozes them)."""
         if isinstance(exc, Snooze):
             for ctx in call.contexts:
-                self._guarded(ctx, partial(ctx.snooze_unsettled, exc.delay_ms))
+                self._guarded(ctx, partial(ctx.settlement.snooze_unsettled, exc.delay_ms))
         elif not isinstance(exc, LostLease):
             envelope, retryable = as_envelope(exc, call.registration.retries(exc))
             for ctx in call.contexts:
@@ -253,7 +253,7 @@ class Execution:
         call.abandoned = True
         for ctx in call.contexts:
             try:
-                ctx.abandon(envelope, delay_ms=delay_ms)
+                ctx.settlement.abandon(envelope, delay_ms=delay_ms)
             except LostLease:
                 continue
             except Exception as exc:
@@ -264,19 +264,19 @@ class Execution:
         try:
             settle()
         except LostLease:
-            ctx.mark_lost_lease()
+            ctx.settlement.mark_lost_lease()
         except Exception as exc:
             # Left running: lease recovery settles it if this worker cannot.
             self.report(exc, phase="settle", task=ctx.name, task_id=ctx.task_id)
 
     def _complete(self, ctx: TaskContext, value: Any) -> None:
         if isinstance(ctx, StepContext):
-            ctx.complete_unsettled(partial(ctx.write_completion, value))
+            ctx.settlement.complete_unsettled(partial(ctx.write_completion, value))
             return
-        ctx.complete_unsettled(lambda: self.write_completion(ctx.task_id, ctx.worker_id, value))
+        ctx.settlement.complete_unsettled(lambda: self.write_completion(ctx.task_id, ctx.worker_id, value))
 
     def _fail(self, ctx: TaskContext, envelope: dict[str, Any], retryable: bool) -> None:
-        ctx.fail_unsettled(envelope, retryable)
+        ctx.settlement.fail_unsettled(envelope, retryable)
 
     # ------------------------------------------------------------ reporting
     def started(self, call: Call) -> None:
@@ -299,11 +299,12 @@ class Execution:
         """Log one end line per task and send its signal, once per task."""
         duration = time.monotonic() - call.started
         for ctx in call.contexts:
-            if ctx.mark_ended():
+            if ctx.settlement.mark_ended():
                 self._end_one(ctx, duration, raised)
 
     def _end_one(self, ctx: TaskContext, duration: float, raised: BaseException | None) -> None:
-        row = ctx.final
+        settlement = ctx.settlement
+        row = settlement.final
         if row is not None and row.status == "succeeded":
             # The common end: its line and message built only if it is logged.
             if logger.isEnabledFor(logging.INFO):
@@ -329,11 +330,11 @@ class Execution:
         elif row.status == "canceled":
             logger.info("%s canceled in %.3fs.", where, duration)
             self.send(signals.task_canceled, task=row, duration=duration)
-        elif row.status == "queued" and ctx.snoozed_ms is not None:
-            logger.info("%s snoozed for %d ms after %.3fs.", where, ctx.snoozed_ms, duration)
-            self.send(signals.task_snoozed, task=row, duration=duration, delay_ms=ctx.snoozed_ms)
+        elif row.status == "queued" and settlement.snoozed_ms is not None:
+            logger.info("%s snoozed for %d ms after %.3fs.", where, settlement.snoozed_ms, duration)
+            self.send(signals.task_snoozed, task=row, duration=duration, delay_ms=settlement.snoozed_ms)
         elif row.status == "queued":
-            delay = ctx.failure[2] if ctx.failure else 0
+            delay = settlement.failure[2] if settlement.failure else 0
             logger.info(
                 "%s failed (%s) in %.3fs; retrying in %d ms.", where, why, duration, delay
             )

@@ -138,9 +138,9 @@ class Heartbeat(threading.Thread):
         renewed_at = time.monotonic()
         for ctx in live:
             if ctx.task_id in held:
-                ctx.lease_renewed_at = renewed_at
-                ctx.observe_cancel(held[ctx.task_id])
-            elif ctx.mark_lost_unless_settling():
+                ctx.settlement.lease_renewed_at = renewed_at
+                ctx.settlement.observe_cancel(held[ctx.task_id])
+            elif ctx.settlement.mark_lost_unless_settling():
                 # Not settled or being settled here: another worker has it.
                 logger.warning(
                     "Task %s %s lost its lease (another worker recovered it, or it was "
@@ -162,10 +162,10 @@ class Heartbeat(threading.Thread):
         # past its due beat: its completion may have found the lease expired.
         if self.in_flight_since is None:
             return self._live()
-        return [c for c in self.in_flight_since(due) if not c.lost_lease]
+        return [c for c in self.in_flight_since(due) if not c.settlement.lost_lease]
 
     def _live(self) -> list[TaskContext]:
-        return [c for c in self.in_flight() if not c.settled and not c.lost_lease]
+        return [c for c in self.in_flight() if not c.settlement.settled and not c.settlement.lost_lease]
 
     def _report_late(
         self, late_s: float, in_renewal_s: float, renewal_s: float, at_risk: list[TaskContext]

@@ -106,7 +106,7 @@ class InFlight:
         """When the lease of in-flight task `task_id` has certainly expired (monotonic), if known."""
         for ctx in self.contexts():
             if ctx.task_id == task_id:
-                return ctx.lease_expired_by()
+                return ctx.settlement.lease_expired_by()
         return None
 
     def overdue(self, now: float) -> list[Call]:
@@ -119,11 +119,12 @@ class InFlight:
 
 def requeue_delay_ms(ctx: TaskContext) -> int | None:
     """The delay of the retry or snooze that put this task back in the queue, if one did."""
-    final = ctx.final
+    settlement = ctx.settlement
+    final = settlement.final
     if final is None or final.status != "queued":
         return None
-    if ctx.snoozed_ms is not None:
-        return ctx.snoozed_ms
-    if ctx.failure is not None:
-        return ctx.failure[2]
+    if settlement.snoozed_ms is not None:
+        return settlement.snoozed_ms
+    if settlement.failure is not None:
+        return settlement.failure[2]
     return None

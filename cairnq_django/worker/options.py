@@ -130,3 +130,18 @@ def _labels(option: str, values: Iterable[str]) -> tuple[str, ...]:
         if not isinstance(label, str) or not label:
             raise ValueError(f"{option} must hold non-empty strings, got {label!r}.")
     return labels
+
+
+def framework_backend_queues() -> list[str]:
+    """The QUEUES of settings.TASKS' CairnQ backends; none without the Tasks framework.
+
+    cairnq_django.backends cannot be imported on Django 5.2 without the
+    django-tasks backport, and a worker for plain handlers needs neither.
+    """
+    from .. import compat
+
+    if not compat.AVAILABLE:
+        return []
+    from ..backends.discovery import backend_queues
+
+    return backend_queues()

@@ -1,12 +1,12 @@
-"""The Worker: claim due tasks for the registered names and run them until stopped.
+"""The Worker: claim due tasks for the registered names, dispatch them, and shut down.
 
 The loop asks a read-only question first (is anything claimable?) and only
 then opens the one short write transaction that recovers expired leases and
 claims. No transaction is held while a handler runs. What each claim asks for
-is planned in planner.py, the calls it starts are counted in inflight.py, and
-the worker's configuration is options.py.
-
-One module, as the claim loop, the threads it starts and their shutdown order are checked together.
+is planned in planner.py, when to look again and how to wait until then is
+idle.py, the calls it starts are counted in inflight.py, and the worker's
+configuration is options.py. The threads the worker starts and their
+shutdown order are here, to be read together.
 """
 
 from __future__ import annotations
@@ -30,23 +30,20 @@ from ..conf import cairnq_settings
 from ..drained import announcement, drained_key
 from ..errors import HeartbeatLate, ProtocolVersionMismatch
 from ..ids import ulid
-from ..pooling import release
 from ..records import Limit, TaskRecord
 from ..store.leases import get_leases
 from ..store.timeouts import bounded_statements
 from ..tables import check_tables
-from ..wakeup import Wakeup, get_wakeup
 from ..workflows import STEP_KEY
 from .connections import WorkerConnectionPolicy, statement_timeout_ms
 from .context import TaskContext
-from .due import DueTimes
 from .envelopes import shutdown_envelope, timeout_envelope
 from .execution import Call, Execution
 from .heartbeat import Heartbeat
+from .idle import SLICE_S, IdlePolicy
 from .inflight import InFlight
 from .limits import LimitsCache
-from .options import WorkerOptions, WorkerOverrides
-from .pacing import WakePacing, held_back_wait_s, idle_poll_s
+from .options import WorkerOptions, WorkerOverrides, framework_backend_queues
 from .planner import (
     Rotation,
     any_draw_filled,
@@ -71,18 +68,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("cairnq_django.worker")
 
-# Reconnect backoff after the loop's own database work fails.
-_DB_RETRY_FIRST_S = 0.25
 # How often the claim loop refreshes planner statistics where the database
 # needs it (SQLite's PRAGMA optimize), besides once at start.
 _STATISTICS_EVERY_S = 3600.0
-# Kept short: after a network outage a pause is most of the time it takes to
-# claim again (a connect into a dead path already waits connect_timeout).
-_DB_RETRY_MAX_S = 2.0
-# Upper bound on any single wait of the loop, so stop() is noticed promptly.
-_SLICE_S = 0.2
-# A task due this little before an idle sleep's end is left to that end.
-_DUE_EARLY_WAKE_S = 0.005
 
 
 class Worker:
@@ -116,28 +104,12 @@ class Worker:
         self.run_scheduler = options.scheduler and not options.burst
         self.handlers = select_handlers(self.registry.handlers, options.names)
         self.queues = served_queues(
-            options.queues, cairnq_settings.QUEUES, self.handlers, _framework_backend_queues()
+            options.queues, cairnq_settings.QUEUES, self.handlers, framework_backend_queues()
         )
         self.worker_id = f"worker_{ulid()}"
         self._rotation = Rotation(build_sources(self.handlers))
-        self._work_likely = False
-        # Whether the next claim answers a wake, and this worker's turn after
-        # one (pacing.py): the fleet's answer to one NOTIFY is about one claim.
-        self._woken = False
-        # Whether the last poll may have left claimable work behind (it filled
-        # its slots, or a name's limit kept it from drawing): only then is a
-        # call ending a reason to look again before a wake says so.
-        self._left_work = False
-        self._pacing = WakePacing()
-        # When delayed work falls due (due.py): an idle worker sleeps until
-        # then rather than until its next rare poll. `_due_wake`: the next
-        # claim answers such a moment.
-        self._due = DueTimes()
-        self._due_wake = False
-        # Fleet-wide flow limits (flow/limits.py), and how long to hold off
-        # after a claim they held back (pacing.held_back_wait_s; None: they did not).
+        # Fleet-wide flow limits (flow/limits.py), re-read about once a second.
         self._limits = LimitsCache(self.using)
-        self._held_wait_s: float | None = None
         self._drained_key = drained_key(self.queues, self.handlers)
 
         self._in_flight = InFlight()
@@ -167,10 +139,14 @@ class Worker:
         self._loop_thread: EventLoopThread | None = None
         self._heartbeat: Heartbeat | None = None
         self._scheduler: Scheduler | None = None
-        # The alias's wakeup from _start() on; before that, or once it fails,
-        # sleeps that only a call of this worker ending cuts short.
-        self._wakeup: Wakeup = _EventWait(self._changed)
-        self._seeking_seat = False
+        # When to look again and how to wait until then (idle.py).
+        self._idle = IdlePolicy(
+            worker_id=self.worker_id, store=self.store, queues=self.queues,
+            names=sorted(self.handlers), drained_key=self._drained_key,
+            poll_ms=options.poll_ms, burst=options.burst,
+            in_flight=self._in_flight, stopping=lambda: self._stopping,
+            refresh_presence=self._refresh_presence, report=self.report,
+        )
         self._presence: Presence | None = None
         self._connection_policy = WorkerConnectionPolicy()
 
@@ -309,17 +285,10 @@ class Worker:
         self._start_presence()
         if self.run_scheduler:
             self._start_scheduler()
-        try:
-            self._wakeup = get_wakeup(self.using)
-            # Only a handler that waits for another task needs finishes heard.
-            self._wakeup.hear_done_on_demand()
-        except Exception as exc:
-            self.report(exc, phase="wakeup")
+        self._idle.start()
 
     def _loop(self, after_first_poll: Callable[[], None] | None) -> None:
         options = self.options
-        poll_s = options.poll_ms / 1000
-        retry_s = _DB_RETRY_FIRST_S
         refresh_at = 0.0
         # The workers-table row is first written after the first poll (see
         # _start_presence), then on every turn.
@@ -336,8 +305,7 @@ class Worker:
             busy, running = self._in_flight.counts()
             free = free_calls(options.concurrency, running, busy)
             if free <= 0:
-                self._seek_seat(False)  # a full worker cannot answer a wake
-                self._wait_for_change(poll_s)
+                self._idle.full()
                 continue
             try:
                 claimed = self._poll(free)
@@ -351,49 +319,16 @@ class Worker:
                 _close_connection(self.using)
                 check_tables(self.using)  # the one failure that waiting cannot heal
                 self.report(exc, phase="claim")
-                logger.warning(
-                    "Claiming failed; retrying in %.2fs (the database may be restarting).",
-                    retry_s,
-                )
-                self._sleep(retry_s)
-                retry_s = min(_DB_RETRY_MAX_S, retry_s * 2)
+                self._idle.claim_failed()
                 continue
-            retry_s = _DB_RETRY_FIRST_S
             if not polled:
                 polled = True
                 if after_first_poll is not None:
                     after_first_poll()
                 self._refresh_presence()
-            if claimed:
-                if self._work_likely or options.burst:
-                    continue
-                if self._held_wait_s is not None:
-                    self._held_wait(self._held_wait_s)
-                    continue
-                # The claim took all the work that was due. Asking again at
-                # once would find nothing and, worse, hold the GIL while the
-                # handler threads just handed work are trying to start; the
-                # wakeup (or the poll interval) says when to look again.
-                self._idle()
-                continue
-            held_s = self._held_wait_s
-            if options.burst:
-                # `busy` was read before the probe: a call that ended after
-                # the probe may have queued a retry or children, so only an
-                # empty probe with nothing in flight before it means drained.
-                # Tasks a limit holds back are not drained: they wait their turn.
-                if not busy and held_s is None:
-                    logger.info("Burst mode: nothing left to claim; stopping.")
-                    return
-                # A running call may still enqueue children or retries.
-                self._wait_for_change(poll_s if held_s is None else held_s)
-                continue
-            if held_s is not None:
-                self._held_wait(held_s)
-                continue
-            if self._work_likely:
-                continue  # the probe after an empty claim found work that came due meanwhile
-            self._idle()
+            if not self._idle.rest(claimed, busy):
+                logger.info("Burst mode: nothing left to claim; stopping.")
+                return
 
     def _refresh_statistics(self) -> None:
         """Keep the planner's statistics fresh (without them SQLite skips the lease index)."""
@@ -405,18 +340,10 @@ class Worker:
 
     def _poll(self, free: int) -> int:
         """Probe, then claim up to `free` calls' worth of tasks; return calls started."""
-        names = sorted(self.handlers)
-        if not names:
+        if not self.handlers:
             return 0
-        # The read-only probe keeps idle polls off the write path. Right after a
-        # claim that got all it asked for, or a wakeup, work is likely, and the
-        # claim itself answers the same question one round trip sooner.
-        likely, self._work_likely = self._work_likely, False
-        woken, self._woken = self._woken, False
-        due_wake, self._due_wake = self._due_wake, False
-        self._left_work = False
-        self._held_wait_s = None
-        if not likely and not self._probe_idle(names):
+        turn = self._idle.begin_poll()
+        if turn is None:
             return 0
         limits = self._limits.current()
         pending = self._rotation.next_order()
@@ -431,7 +358,7 @@ class Worker:
                 break
             drawn = [d.source for d in draws]
             # Only a claim covering every name can tell the fleet it took all there was.
-            announce = woken and len(drawn) == len(pending) and self._wakeup.hears_drained
+            announce = len(drawn) == len(pending) and self._idle.announces(turn)
             with self._write_gate:
                 rows = self._claim(draws, announce=announce, limits=limits)
             self._upkeep.claimed(len(rows))
@@ -442,24 +369,8 @@ class Worker:
                 self._dispatch(call)
             started += len(calls)
             free -= len(calls)
-        self._work_likely = filled
-        self._left_work = filled or bool(pending) or self._held_wait_s is not None
-        if woken:
-            self._pacing.woken_claim(started)
-        if (due_wake or likely and not started) and not self._left_work:
-            # The due time just answered is spent, or a claim that skipped the
-            # probe found nothing (a wake may have announced a delayed task):
-            # learn the next due time now, before sleeping (one read, only
-            # after such claims).
-            self._work_likely = self._probe_idle(names)
+        self._idle.end_poll(turn, started, filled=filled, pending=bool(pending))
         return started
-
-    def _probe_idle(self, names: list[str]) -> bool:
-        """The read-only probe: is anything claimable? It also notes when the next task falls due."""
-        sent = time.monotonic()
-        probe = self.store.probe_idle(queues=self.queues, names=names)
-        self._due.read(probe.due_in_ms, sent, time.monotonic())
-        return probe.work
 
     def _claim(self, draws: list[Any], *, announce: bool, limits: list[Limit]) -> list[TaskRecord]:
         """One claim transaction; with `announce`, it tells the fleet if it left nothing behind.
@@ -484,8 +395,7 @@ class Worker:
             lease_ms=self.options.lease_ms, draws=draw_plan, announce=announced,
         )
         if result.held:
-            wait_s = held_back_wait_s(result.retry_in_ms)
-            self._held_wait_s = wait_s if self._held_wait_s is None else min(self._held_wait_s, wait_s)
+            self._idle.held_back(result.retry_in_ms)
         return result.tasks
 
     def _fail_unrun(self, task: TaskRecord, envelope: dict[str, Any]) -> None:
@@ -514,10 +424,8 @@ class Worker:
             self.options.retry_backoff_base_ms, self.options.retry_backoff_cap_ms
         )
         return kind(
-            store=self.store, task=task, worker_id=self.worker_id,
-            lease_ms=self.options.lease_ms,
-            retry_backoff_base_ms=base_ms,
-            retry_backoff_cap_ms=cap_ms,
+            store=self.store, task=task, worker_id=self.worker_id, lease_ms=self.options.lease_ms,
+            retry_backoff_base_ms=base_ms, retry_backoff_cap_ms=cap_ms,
             db_executor=self._loop_thread.db_executor if self._loop_thread else None,
         )
 
@@ -552,133 +460,6 @@ class Worker:
         elif self._threads is not None:
             self._threads.retire(call.thread)
         self._in_flight.release(call)
-
-    # ------------------------------------------------------------ waiting
-    def _wait_for_change(self, timeout_s: float) -> None:
-        release(self.using)
-        deadline = time.monotonic() + timeout_s
-        while not self._stopping:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0 or self._changed.wait(min(remaining, _SLICE_S)):
-                return
-
-    def _held_wait(self, seconds: float) -> None:
-        """After a claim a limit held back: wait for a call of this worker to settle, or `seconds`.
-
-        Every wake would find the same tasks held, so the wakeups are not
-        heard meanwhile (new work waits at most HELD_BACK_WAIT_S, or a call's
-        end). A call that merely returned frees no slot in the database until
-        its completion commits, so only a settled call ends the wait; `seconds`
-        is until the rate window opens, or the bound. The held tasks were due:
-        the next claim skips the probe, so an opening window is used at once
-        (a start's lateness delays its slot's reuse by as much).
-        """
-        release(self.using)
-        self._refresh_presence()
-        in_flight = len(self._in_flight)
-        deadline = time.monotonic() + seconds
-        while not self._stopping:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            if self._changed.wait(min(remaining, _SLICE_S)):
-                self._changed.clear()
-                if len(self._in_flight) < in_flight:
-                    break
-        self._work_likely = True
-
-    def _recheck_on_call_end(self) -> bool:
-        """Whether a call that ended is a reason to poll now.
-
-        It may have freed a slot (or a per-name one) for work the last poll
-        left behind. If that poll took everything, what the call enqueued (a
-        retry, children) sends its own NOTIFY, so with healthy wakeups a
-        probe per finished task would find nothing.
-        """
-        return self._left_work or not self._wakeup.healthy
-
-    def _stand_down(self, drained_before: int) -> bool:
-        """After a wake: whether a faster worker took all the work while this one deferred."""
-        deferral = self._pacing.deferral_s()
-        if deferral <= 0 or not self._wakeup.hears_drained:
-            return False
-        # Alone on these queues and names, a lost race was to this worker's own
-        # earlier claim (two enqueues, one claim): nobody would announce.
-        if not self._wakeup.peers_announced(self._drained_key, self.worker_id):
-            return False
-        return self._wakeup.wait_for_drained(self._drained_key, drained_before, deferral)
-
-    def _sleep(self, seconds: float) -> None:
-        deadline = time.monotonic() + seconds
-        while not self._stopping and time.monotonic() < deadline:
-            time.sleep(min(_SLICE_S, max(0.0, deadline - time.monotonic())))
-
-    def _seek_seat(self, seeking: bool) -> None:
-        """Tell the wakeup whether this worker wants to hear new tasks (wakeup/seats.py)."""
-        if seeking != self._seeking_seat:
-            self._seeking_seat = seeking
-            wakeup = self._wakeup
-            (wakeup.seek_seat if seeking else wakeup.leave_seat)(self._drained_key)
-
-    def _next_due(self) -> float | None:
-        """When this idle worker should claim for delayed work falling due (monotonic), if ever."""
-        self._due.requeued(self._in_flight.take_requeued_due())
-        return self._due.next(answers=self._wakeup.answers_queued(self._drained_key))
-
-    def _woke_for_due(self, now: float) -> None:
-        """The next claim answers a due time: it skips the probe, and learns the next one after."""
-        own = self._due.spend(now)
-        logger.debug(
-            "Idle worker %s woke for %s falling due.", self.worker_id,
-            "its own retry or snooze" if own else "a delayed task it read",
-        )
-        self._due_wake = True
-        self._work_likely = True
-
-    def _idle(self) -> None:
-        """Sleep a poll interval on the wakeup, cut short by a wake, a due time or a call that ended."""
-        release(self.using)  # a pooled connection is not held while idle
-        self._seek_seat(True)
-        idle_s = idle_poll_s(self.options.poll_ms, self._wakeup.healthy)
-        if self._held_wait_s is not None:
-            # Some tasks were held back by a limit: look again when it may let them go.
-            idle_s = min(idle_s, self._held_wait_s)
-        deadline = time.monotonic() + idle_s
-        while not self._stopping:
-            now = time.monotonic()
-            remaining = deadline - now
-            due = self._next_due()
-            if due is not None and due <= now:
-                self._woke_for_due(now)
-                return
-            if remaining <= 0 or self._changed.is_set() and self._recheck_on_call_end():
-                if remaining <= 0:
-                    logger.debug("Idle worker %s polls: its poll interval ran out.", self.worker_id)
-                # Tasks a limit held back were due: the claim need not probe first.
-                self._work_likely = self._work_likely or self._held_wait_s is not None
-                return
-            step = min(remaining, _SLICE_S, *(() if due is None else (due - now,)))
-            # Where the signal cannot tell delayed work from due work (SQLite), a
-            # new task falling due before this sleep ends wakes it too.
-            self._wakeup.wake_for_due_before(
-                (deadline if due is None else min(deadline, due)) - _DUE_EARLY_WAKE_S
-            )
-            # The workers-table row is refreshed from here too: a healthy
-            # wakeup's poll interval can be longer than its report interval.
-            self._refresh_presence()
-            try:
-                if self._wakeup.wait_for_queued(self.queues, step):
-                    # Only an announcement heard after the wake counts: notifications
-                    # arrive in commit order, so one heard before it is from a claim
-                    # that committed before this task did.
-                    if self._stand_down(self._wakeup.drained_seen(self._drained_key)):
-                        continue
-                    self._work_likely = True
-                    self._woken = True
-                    return
-            except Exception as exc:
-                self.report(exc, phase="wakeup")
-                self._wakeup = _EventWait(self._changed)  # plain polling from now on
 
     # ------------------------------------------------------------ schedules
     def _start_scheduler(self) -> None:
@@ -729,7 +510,7 @@ class Worker:
             )
         while self._in_flight and time.monotonic() < deadline:
             self._changed.clear()
-            self._changed.wait(min(_SLICE_S, max(0.0, deadline - time.monotonic())))
+            self._changed.wait(min(SLICE_S, max(0.0, deadline - time.monotonic())))
         for call in self._in_flight.calls():
             logger.warning(
                 "Abandoning %s (%s) at shutdown; it is requeued for another worker now.",
@@ -753,9 +534,7 @@ class Worker:
         if self._presence is not None:
             with self._write_gate:
                 self._presence.stop()  # deletes this worker's row
-        with suppress(Exception):
-            self._seek_seat(False)
-            self._wakeup.close()
+        self._idle.close()
         _close_connection(self.using)
         self._connection_policy.restore()
         logger.info(
@@ -764,32 +543,7 @@ class Worker:
         )
 
 
-class _EventWait(Wakeup):
-    """After the wakeup failed: plain sleeps, cut short when a call of this worker ends."""
-
-    def __init__(self, changed: threading.Event) -> None:
-        self._changed = changed
-
-    def wait_for_queued(self, queues: Sequence[str], timeout_s: float) -> bool:
-        self._changed.wait(timeout_s)
-        return False
-
-
 def _close_connection(using: str) -> None:
     with suppress(Exception):
         connections[using].close()
 
-
-def _framework_backend_queues() -> list[str]:
-    """The QUEUES of settings.TASKS' CairnQ backends; none without the Tasks framework.
-
-    cairnq_django.backends cannot be imported on Django 5.2 without the
-    django-tasks backport, and a worker for plain handlers needs neither.
-    """
-    from .. import compat
-
-    if not compat.AVAILABLE:
-        return []
-    from ..backends.discovery import backend_queues
-
-    return backend_queues()

@@ -45,6 +45,7 @@ class StepContext(TaskContext):
         super().__init__(**kwargs)
         self.settling = StepSettling(self._store)
         self._store = cast(LeaseOperations, self.settling)
+        self.settlement.store = self._store
         self._parents: Parents | None = None
 
     @property

@@ -1,0 +1,350 @@
+"""IdlePolicy: when the claim loop looks again, and how it waits until then.
+
+The loop (runner.py) claims, dispatches and asks this object what to do
+next. It keeps what one poll tells the next (work is likely, the claim
+answers a wake or a due time, work was left behind, a limit held tasks back)
+and the waits between polls: for a slot when the worker is full, after a
+claim a limit held back, the idle sleep on the wakeup (cut short by a wake,
+a due time or a call that ended), the deferral after a wake (pacing.py),
+the listening seat (wakeup/seats.py), and the reconnect backoff.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from contextlib import suppress
+from dataclasses import dataclass
+
+from ..pooling import release
+from ..store.leases import LeaseOperations
+from ..wakeup import Wakeup, get_wakeup
+from .due import DueTimes
+from .inflight import InFlight
+from .pacing import WakePacing, held_back_wait_s, idle_poll_s
+
+logger = logging.getLogger("cairnq_django.worker")
+
+# Reconnect backoff after the loop's own database work fails. Kept short:
+# after a network outage a pause is most of the time it takes to claim again
+# (a connect into a dead path already waits connect_timeout).
+_DB_RETRY_FIRST_S = 0.25
+_DB_RETRY_MAX_S = 2.0
+# Upper bound on any single wait of the loop, so stop() is noticed promptly.
+SLICE_S = 0.2
+# A task due this little before an idle sleep's end is left to that end.
+_DUE_EARLY_WAKE_S = 0.005
+
+
+@dataclass(frozen=True)
+class PollTurn:
+    """What the waits before a poll said about it."""
+
+    #: Work is likely: the claim skips the read-only probe.
+    likely: bool
+    #: The claim answers a wake (pacing.py learns from its outcome).
+    woken: bool
+    #: The claim answers a due time (the next one is learnt after it).
+    due_wake: bool
+
+
+class IdlePolicy:
+    """One worker's idle policy: the flags a poll leaves and the waits between polls."""
+
+    def __init__(
+        self,
+        *,
+        worker_id: str,
+        store: LeaseOperations,
+        queues: Sequence[str],
+        names: Sequence[str],
+        drained_key: str,
+        poll_ms: int,
+        burst: bool,
+        in_flight: InFlight,
+        stopping: Callable[[], bool],
+        refresh_presence: Callable[[], None],
+        report: Callable[..., None],
+    ) -> None:
+        self._worker_id = worker_id
+        self._store = store
+        self._using = store.using
+        self._queues = queues
+        self._names = names
+        self._drained_key = drained_key
+        self._poll_ms = poll_ms
+        self._burst = burst
+        self._in_flight = in_flight
+        self._changed = in_flight.changed
+        self._stopping = stopping
+        self._refresh_presence = refresh_presence
+        self._report = report
+        # The alias's wakeup from start() on; before that, or once it fails,
+        # sleeps that only a call of this worker ending cuts short.
+        self.wakeup: Wakeup = _EventWait(self._changed)
+        self._seeking_seat = False
+        self.work_likely = False
+        # Whether the next claim answers a wake, and this worker's turn after
+        # one (pacing.py): the fleet's answer to one NOTIFY is about one claim.
+        self.woken = False
+        self.pacing = WakePacing()
+        # Whether the last poll may have left claimable work behind (it filled
+        # its slots, or a name's limit kept it from drawing): only then is a
+        # call ending a reason to look again before a wake says so.
+        self.left_work = False
+        # When delayed work falls due (due.py): an idle worker sleeps until
+        # then rather than until its next rare poll. `due_wake`: the next
+        # claim answers such a moment.
+        self.due = DueTimes()
+        self.due_wake = False
+        # How long to hold off after a claim flow limits held back
+        # (pacing.held_back_wait_s; None: they did not).
+        self.held_wait_s: float | None = None
+        self._retry_s = _DB_RETRY_FIRST_S
+
+    def start(self) -> None:
+        try:
+            self.wakeup = get_wakeup(self._using)
+            # Only a handler that waits for another task needs finishes heard.
+            self.wakeup.hear_done_on_demand()
+        except Exception as exc:
+            self._report(exc, phase="wakeup")
+
+    def close(self) -> None:
+        with suppress(Exception):
+            self.seek_seat(False)
+            self.wakeup.close()
+
+    # ------------------------------------------------------------ one poll
+    def begin_poll(self) -> PollTurn | None:
+        """Take what the waits said about this poll; None if the probe finds nothing claimable.
+
+        The read-only probe keeps idle polls off the write path. Right after a
+        claim that got all it asked for, or a wakeup, work is likely, and the
+        claim itself answers the same question one round trip sooner.
+        """
+        turn = PollTurn(likely=self.work_likely, woken=self.woken, due_wake=self.due_wake)
+        self.work_likely = self.woken = self.due_wake = self.left_work = False
+        self.held_wait_s = None
+        if not turn.likely and not self._probe():
+            return None
+        return turn
+
+    def _probe(self) -> bool:
+        """The read-only probe: is anything claimable? It also notes when the next task falls due."""
+        sent = time.monotonic()
+        probe = self._store.probe_idle(queues=self._queues, names=self._names)
+        self.due.read(probe.due_in_ms, sent, time.monotonic())
+        return probe.work
+
+    def announces(self, turn: PollTurn) -> bool:
+        """Whether a claim covering every name of this poll tells the fleet it drained them."""
+        return turn.woken and self.wakeup.hears_drained
+
+    def held_back(self, retry_in_ms: int | None) -> None:
+        """A claim of this poll left due tasks to a flow limit."""
+        wait_s = held_back_wait_s(retry_in_ms)
+        self.held_wait_s = wait_s if self.held_wait_s is None else min(self.held_wait_s, wait_s)
+
+    def end_poll(self, turn: PollTurn, started: int, *, filled: bool, pending: bool) -> None:
+        """Note the poll's outcome: calls started, a draw filled, names not drawn."""
+        self.work_likely = filled
+        self.left_work = filled or pending or self.held_wait_s is not None
+        if turn.woken:
+            self.pacing.woken_claim(started)
+        if (turn.due_wake or turn.likely and not started) and not self.left_work:
+            # The due time just answered is spent, or a claim that skipped the
+            # probe found nothing (a wake may have announced a delayed task):
+            # learn the next due time now, before sleeping (one read, only
+            # after such claims).
+            self.work_likely = self._probe()
+
+    # ------------------------------------------------------------ what next
+    def full(self) -> None:
+        """No slot is free: wait for a call to end (a full worker cannot answer a wake)."""
+        self.seek_seat(False)
+        self.wait_for_change(self._poll_ms / 1000)
+
+    def claim_failed(self) -> None:
+        """The poll's database work failed: wait, longer each time in a row, before the next."""
+        logger.warning(
+            "Claiming failed; retrying in %.2fs (the database may be restarting).", self._retry_s
+        )
+        self.sleep(self._retry_s)
+        self._retry_s = min(_DB_RETRY_MAX_S, self._retry_s * 2)
+
+    def rest(self, started: int, busy: int) -> bool:
+        """After a poll that succeeded, wait as its outcome says; False once burst mode finds nothing left.
+
+        `busy` is the calls in flight before the poll.
+        """
+        self._retry_s = _DB_RETRY_FIRST_S
+        if started:
+            if self.work_likely or self._burst:
+                return True
+            if self.held_wait_s is not None:
+                self.held_wait(self.held_wait_s)
+                return True
+            # The claim took all the work that was due. Asking again at
+            # once would find nothing and, worse, hold the GIL while the
+            # handler threads just handed work are trying to start; the
+            # wakeup (or the poll interval) says when to look again.
+            self.idle()
+            return True
+        held_s = self.held_wait_s
+        if self._burst:
+            # `busy` was read before the probe: a call that ended after
+            # the probe may have queued a retry or children, so only an
+            # empty probe with nothing in flight before it means drained.
+            # Tasks a limit holds back are not drained: they wait their turn.
+            if not busy and held_s is None:
+                return False
+            # A running call may still enqueue children or retries.
+            self.wait_for_change(self._poll_ms / 1000 if held_s is None else held_s)
+            return True
+        if held_s is not None:
+            self.held_wait(held_s)
+        elif not self.work_likely:  # else the probe after an empty claim found work come due
+            self.idle()
+        return True
+
+    # ------------------------------------------------------------ waits
+    def wait_for_change(self, timeout_s: float) -> None:
+        release(self._using)
+        deadline = time.monotonic() + timeout_s
+        while not self._stopping():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or self._changed.wait(min(remaining, SLICE_S)):
+                return
+
+    def held_wait(self, seconds: float) -> None:
+        """After a claim a limit held back: wait for a call of this worker to settle, or `seconds`.
+
+        Every wake would find the same tasks held, so the wakeups are not
+        heard meanwhile (new work waits at most HELD_BACK_WAIT_S, or a call's
+        end). A call that merely returned frees no slot in the database until
+        its completion commits, so only a settled call ends the wait; `seconds`
+        is until the rate window opens, or the bound. The held tasks were due:
+        the next claim skips the probe, so an opening window is used at once
+        (a start's lateness delays its slot's reuse by as much).
+        """
+        release(self._using)
+        self._refresh_presence()
+        in_flight = len(self._in_flight)
+        deadline = time.monotonic() + seconds
+        while not self._stopping():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                break
+            if self._changed.wait(min(remaining, SLICE_S)):
+                self._changed.clear()
+                if len(self._in_flight) < in_flight:
+                    break
+        self.work_likely = True
+
+    def sleep(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while not self._stopping() and time.monotonic() < deadline:
+            time.sleep(min(SLICE_S, max(0.0, deadline - time.monotonic())))
+
+    def idle(self) -> None:
+        """Sleep a poll interval on the wakeup, cut short by a wake, a due time or a call that ended."""
+        release(self._using)  # a pooled connection is not held while idle
+        self.seek_seat(True)
+        idle_s = idle_poll_s(self._poll_ms, self.wakeup.healthy)
+        if self.held_wait_s is not None:
+            # Some tasks were held back by a limit: look again when it may let them go.
+            idle_s = min(idle_s, self.held_wait_s)
+        deadline = time.monotonic() + idle_s
+        while not self._stopping():
+            now = time.monotonic()
+            remaining = deadline - now
+            due = self._next_due()
+            if due is not None and due <= now:
+                self._woke_for_due(now)
+                return
+            if remaining <= 0 or self._changed.is_set() and self._recheck_on_call_end():
+                if remaining <= 0:
+                    logger.debug("Idle worker %s polls: its poll interval ran out.", self._worker_id)
+                # Tasks a limit held back were due: the claim need not probe first.
+                self.work_likely = self.work_likely or self.held_wait_s is not None
+                return
+            step = min(remaining, SLICE_S, *(() if due is None else (due - now,)))
+            # Where the signal cannot tell delayed work from due work (SQLite), a
+            # new task falling due before this sleep ends wakes it too.
+            self.wakeup.wake_for_due_before(
+                (deadline if due is None else min(deadline, due)) - _DUE_EARLY_WAKE_S
+            )
+            # The workers-table row is refreshed from here too: a healthy
+            # wakeup's poll interval can be longer than its report interval.
+            self._refresh_presence()
+            try:
+                if self.wakeup.wait_for_queued(self._queues, step):
+                    # Only an announcement heard after the wake counts: notifications
+                    # arrive in commit order, so one heard before it is from a claim
+                    # that committed before this task did.
+                    if self._stand_down(self.wakeup.drained_seen(self._drained_key)):
+                        continue
+                    self.work_likely = True
+                    self.woken = True
+                    return
+            except Exception as exc:
+                self._report(exc, phase="wakeup")
+                self.wakeup = _EventWait(self._changed)  # plain polling from now on
+
+    def _recheck_on_call_end(self) -> bool:
+        """Whether a call that ended is a reason to poll now.
+
+        It may have freed a slot (or a per-name one) for work the last poll
+        left behind. If that poll took everything, what the call enqueued (a
+        retry, children) sends its own NOTIFY, so with healthy wakeups a
+        probe per finished task would find nothing.
+        """
+        return self.left_work or not self.wakeup.healthy
+
+    def _stand_down(self, drained_before: int) -> bool:
+        """After a wake: whether a faster worker took all the work while this one deferred."""
+        deferral = self.pacing.deferral_s()
+        if deferral <= 0 or not self.wakeup.hears_drained:
+            return False
+        # Alone on these queues and names, a lost race was to this worker's own
+        # earlier claim (two enqueues, one claim): nobody would announce.
+        if not self.wakeup.peers_announced(self._drained_key, self._worker_id):
+            return False
+        return self.wakeup.wait_for_drained(self._drained_key, drained_before, deferral)
+
+    def seek_seat(self, seeking: bool) -> None:
+        """Tell the wakeup whether this worker wants to hear new tasks (wakeup/seats.py)."""
+        if seeking != self._seeking_seat:
+            self._seeking_seat = seeking
+            wakeup = self.wakeup
+            (wakeup.seek_seat if seeking else wakeup.leave_seat)(self._drained_key)
+
+    def _next_due(self) -> float | None:
+        """When this idle worker should claim for delayed work falling due (monotonic), if ever."""
+        self.due.requeued(self._in_flight.take_requeued_due())
+        return self.due.next(answers=self.wakeup.answers_queued(self._drained_key))
+
+    def _woke_for_due(self, now: float) -> None:
+        """The next claim answers a due time: it skips the probe, and learns the next one after."""
+        own = self.due.spend(now)
+        logger.debug(
+            "Idle worker %s woke for %s falling due.", self._worker_id,
+            "its own retry or snooze" if own else "a delayed task it read",
+        )
+        self.due_wake = True
+        self.work_likely = True
+
+
+class _EventWait(Wakeup):
+    """After the wakeup failed: plain sleeps, cut short when a call of this worker ends."""
+
+    def __init__(self, changed: threading.Event) -> None:
+        self._changed = changed
+
+    def wait_for_queued(self, queues: Sequence[str], timeout_s: float) -> bool:
+        self._changed.wait(timeout_s)
+        return False
+
