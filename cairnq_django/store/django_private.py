@@ -32,8 +32,13 @@ test settings, min of 3 timeit runs (the numbers that keep each seam).
    transaction of its own.
 7. The driver's cursor behind Django's wrapper (`cursor.cursor`): psycopg 3's
    COPY, which Django has no API for (store/sql.py: half the cost per row of
-   a multi-row INSERT), and telling a client-side-binding cursor, the only
-   kind that sends two statements in one round trip.
+   a multi-row INSERT); telling a client-side-binding cursor, the only kind
+   that sends several statements in one round trip, and walking their result
+   sets (`nextset()`, a DB-API extension Django's wrapper passes through);
+   and psycopg's `pgresult`, whose field count says whether a statement
+   returned rows without building `description` (23 Column objects per task
+   row, on every claim and completion). store/postgres_engine.py is where
+   these serve the round-trip variants.
 8. `queryset.query.where` and `.is_sliced`, for the admin's paginator: is a
    listing filtered (else the catalog's row estimate stands for its count),
    and did the admin slice it yet. QuerySet has no public answer to either.
@@ -189,6 +194,33 @@ def is_client_binding(cursor: Any) -> bool:
     """
     psycopg = sys.modules.get("psycopg")
     return psycopg is not None and isinstance(cursor.cursor, psycopg.ClientCursor)
+
+
+def returns_rows(cursor: Any) -> bool:
+    """`cursor.description is not None`: whether the statement just run returned a result set.
+
+    psycopg's result answers the common case first; other drivers answer
+    through `description`.
+    """
+    result = getattr(getattr(cursor, "cursor", None), "pgresult", None)
+    if result is not None and result.nfields:
+        return True
+    return cursor.description is not None
+
+
+def run_batch(
+    cursor: Any, text: str, params: Sequence[Any] | dict[str, Any]
+) -> list[list[tuple[Any, ...]]]:
+    """Run `text`, statements joined by "; ", as one query: one round trip; each one's rows.
+
+    Only for a cursor is_client_binding() accepts. A statement that returns
+    no rows (a SET LOCAL) answers [].
+    """
+    cursor.execute(text, params)
+    results = [cursor.fetchall() if returns_rows(cursor) else []]
+    while cursor.nextset():
+        results.append(cursor.fetchall() if returns_rows(cursor) else [])
+    return results
 
 
 # ------------------------------------------------------ 8: reading a query
