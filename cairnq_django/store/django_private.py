@@ -27,9 +27,15 @@ test settings, min of 3 timeit runs (the numbers that keep each seam).
    statement, mirrored here to name the parameters of short statements
    (SQLite binds a named list faster) and to give a plain sqlite3 connection
    its `?`.
-6. Compiling `select_for_update()` inside `atomic()`: Django refuses to
-   compile it in autocommit mode, though the statement only runs later, in a
-   transaction of its own.
+6. Compiling a statement to cache it (statement_cache.py): inside `atomic()`
+   for `select_for_update()`, which Django refuses to compile in autocommit
+   mode though the statement only runs later, in a transaction of its own;
+   and with db/expressions.py's `compiling_template` set, so that `Param` and
+   the SQLite clock compile to `Slot` objects. Django's compilers (5.2 to
+   6.1) carry an expression's parameters through to the statement's list
+   untouched, never adapting them before execute; the Slots rely on that.
+   The flag is ours (a ContextVar, as Django's own expressions receive only
+   the compiler and the connection); it is set here only.
 7. The driver's cursor behind Django's wrapper (`cursor.cursor`): psycopg 3's
    COPY, which Django has no API for (store/sql.py: half the cost per row of
    a multi-row INSERT); telling a client-side-binding cursor, the only kind
@@ -56,6 +62,8 @@ from django.db.models import F, Field, Model, QuerySet
 from django.db.models.constants import OnConflict
 from django.db.models.expressions import Expression
 from django.db.models.sql import DeleteQuery, InsertQuery, UpdateQuery
+
+from ..db.expressions import compiling_template
 
 Template = tuple[str, tuple[Any, ...]]
 
@@ -169,14 +177,18 @@ def qmark(sql: str) -> str:
     return _PLACEHOLDER.sub("?", sql).replace("%%", "%")
 
 
-# --------------------------------------------------- 6: select_for_update()
+# ------------------------------------------------- 6: compiling a template
 def compile_statement(using: str, build: Callable[[], T]) -> T:
-    """Run `build` (which compiles SQL) where Django allows select_for_update() to compile."""
+    """Run `build` (which compiles SQL) as a template: Params become slots, select_for_update() compiles."""
     connection = connections[using]
-    if connection.features.has_select_for_update and connection.get_autocommit():
-        with transaction.atomic(using=using):
-            return build()
-    return build()
+    token = compiling_template.set(True)
+    try:
+        if connection.features.has_select_for_update and connection.get_autocommit():
+            with transaction.atomic(using=using):
+                return build()
+        return build()
+    finally:
+        compiling_template.reset(token)
 
 
 # -------------------------------------------------------- 7: driver cursors
