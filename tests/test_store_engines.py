@@ -21,12 +21,14 @@ import pytest
 from django.db import connections, transaction
 
 from cairnq_django import Limit
+from cairnq_django.conformance import ConformanceError, load_scenario, run_scenario, scenario_files
 from cairnq_django.models import TaskAttempt
 from cairnq_django.store.executor import Executor
 from cairnq_django.store.leases import LeaseOperations
 from cairnq_django.store.postgres_engine import COPY_MIN_ROWS, Engine, PostgresEngine
 from cairnq_django.store.sql import LIMITED_CLAIM_LOCK
 
+from .scenario_folder import scenario_dir, skip_or_fail_without_scenarios
 from .storeutil import expire_lease
 
 POSTGRES = connections["default"].vendor == "postgresql"
@@ -172,3 +174,21 @@ def test_a_batch_reads_back_as_written(leases, variants, count):
     copied = variants and count >= COPY_MIN_ROWS
     # COPY runs behind Django's cursor: no INSERT statement goes through it.
     assert (not any(sql.startswith("INSERT INTO \"cairnq_tasks\"") for sql in seen)) is copied
+
+
+# ------------------------------------------------------ the conformance scenarios
+def _scenarios():
+    try:
+        return [pytest.param(path, id=path.stem) for path in scenario_files(scenario_dir())]
+    except ConformanceError:
+        # test_conformance.py reports a missing folder; here one case says so too.
+        return [pytest.param(None, id="scenario-folder-missing")]
+
+
+@pytest.mark.parametrize("path", _scenarios())
+def test_a_conformance_scenario_passes(leases, path):
+    """The shared scenarios with real commits, so the PostgreSQL engine's claim runs too."""
+    if path is None:
+        skip_or_fail_without_scenarios()
+    result = run_scenario(leases, load_scenario(path))
+    assert result.passed, str(result)
