@@ -149,7 +149,8 @@ class ApplicationOperations:
 
         Only "now" comes back from the database: the rest of each row is what
         was just written, and reading it back would decode every JSON value a
-        second time.
+        second time. A large batch may go through the engine's COPY instead
+        (postgres_engine.py).
         """
         if not specs:
             return []
