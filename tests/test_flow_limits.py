@@ -158,9 +158,9 @@ def test_a_name_limit_caps_running_tasks_and_others_still_flow(store):
 
 def test_the_claim_is_the_same_one_statement_at_a_time(store, monkeypatch):
     """Server-side binding sends no multi-statement query: lock, recovery, counts and reads go apart."""
-    from cairnq_django.store import limited_claim
+    from cairnq_django.store import postgres_engine
 
-    monkeypatch.setattr(limited_claim, "is_client_binding", lambda cursor: False)
+    monkeypatch.setattr(postgres_engine, "is_client_binding", lambda cursor: False)
     limits = [Limit("name", "slow", 1, 2, 60_000, "settings")]
     store.submit("slow")
     for _ in range(3):

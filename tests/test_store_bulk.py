@@ -1,6 +1,6 @@
 """Large enqueue_many batches: the rows read back are the rows asked for.
 
-On Postgres a batch of _COPY_MIN_ROWS or more streams through COPY, so these
+On Postgres a batch of COPY_MIN_ROWS or more streams through COPY, so these
 tests cover that path there and the multi-row INSERT on SQLite.
 """
 
@@ -11,7 +11,7 @@ from django.db import connections, transaction
 
 import cairnq_django
 from cairnq_django.errors import AlreadyExists
-from cairnq_django.store import application
+from cairnq_django.store import postgres_engine
 
 from .storeutil import raw
 
@@ -40,7 +40,7 @@ def big_batch(count):
 
 
 def test_a_batch_past_the_copy_threshold_reads_back_exactly(store):
-    count = application._COPY_MIN_ROWS * 2 + 3
+    count = postgres_engine.COPY_MIN_ROWS * 2 + 3
     items = big_batch(count)
     tasks = cairnq_django.enqueue_many(items)
     assert len(tasks) == count
@@ -66,14 +66,14 @@ def test_a_batch_past_the_copy_threshold_reads_back_exactly(store):
 def test_a_large_batch_rolls_back_with_the_callers_transaction(live_store):
     with pytest.raises(RuntimeError):
         with transaction.atomic():
-            cairnq_django.enqueue_many(big_batch(application._COPY_MIN_ROWS + 1))
+            cairnq_django.enqueue_many(big_batch(postgres_engine.COPY_MIN_ROWS + 1))
             raise RuntimeError("the view failed")
     assert raw(live_store, "SELECT count(*) FROM cairnq_tasks") == [(0,)]
 
 
 def test_a_large_batch_with_a_rejected_key_writes_nothing(live_store):
     cairnq_django.enqueue("held", key="held-key")
-    items = big_batch(application._COPY_MIN_ROWS + 1)
+    items = big_batch(postgres_engine.COPY_MIN_ROWS + 1)
     items.append({"name": "held", "key": "held-key", "conflict": "reject"})
     with pytest.raises(AlreadyExists):
         cairnq_django.enqueue_many(items)
@@ -82,7 +82,7 @@ def test_a_large_batch_with_a_rejected_key_writes_nothing(live_store):
 
 def test_a_large_batch_is_claimable_in_priority_order(store):
     tasks = cairnq_django.enqueue_many(
-        [{"name": "p", "payload": {"i": i}, "priority": i % 4} for i in range(application._COPY_MIN_ROWS)]
+        [{"name": "p", "payload": {"i": i}, "priority": i % 4} for i in range(postgres_engine.COPY_MIN_ROWS)]
     )
     claimed = store.claim(queues=["default"], worker_id="w", limit=len(tasks))
     assert len(claimed) == len(tasks)
@@ -102,7 +102,7 @@ def test_copied_rows_fire_the_queued_notification(live_store):
     try:
         listener.execute("LISTEN cairnq_queued")
         cairnq_django.enqueue_many(
-            [{"name": "n", "queue": "copyq"} for _ in range(application._COPY_MIN_ROWS)]
+            [{"name": "n", "queue": "copyq"} for _ in range(postgres_engine.COPY_MIN_ROWS)]
         )
         payloads = {n.payload for n in listener.notifies(timeout=5, stop_after=1)}
     finally:

@@ -51,8 +51,10 @@ class Dialect:
     # Wakeups: LISTEN/NOTIFY, or else a watched database file.
     has_listen_notify: bool
     watches_database_file: bool
-    # Bulk enqueue through COPY FROM STDIN.
-    has_copy: bool
+    # Several statements travel as one query string (the simple protocol),
+    # and large batches stream through COPY FROM STDIN: the store takes the
+    # round-trip variants of store/postgres_engine.py, chosen once per alias.
+    has_round_trip_engine: bool
     # A commit may skip its WAL flush (SET LOCAL synchronous_commit TO OFF).
     has_async_commit: bool
     # Fetching TEXT that is not UTF-8 fails the whole statement, so free-text
@@ -91,7 +93,7 @@ SQLITE = Dialect(
     has_advisory_locks=False,
     has_listen_notify=False,
     watches_database_file=True,
-    has_copy=False,
+    has_round_trip_engine=False,
     has_async_commit=False,
     fails_on_bad_text=True,
     has_row_estimate=False,
@@ -114,7 +116,7 @@ POSTGRES = Dialect(
     has_advisory_locks=True,
     has_listen_notify=True,
     watches_database_file=False,
-    has_copy=True,
+    has_round_trip_engine=True,
     has_async_commit=True,
     fails_on_bad_text=False,
     has_row_estimate=True,

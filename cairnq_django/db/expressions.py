@@ -30,8 +30,9 @@ from .fields import EpochMillisField
 # take any sequence of adaptable values.
 SqlAndParams = tuple[str, Any]
 
-# True while statement_cache.py compiles a statement to cache it: Params and the
-# SQLite clock then become slots, filled in each time the statement runs.
+# True while statement_cache.py compiles a statement to cache it (set only by
+# store/django_private.compile_statement): Params and the SQLite clock then
+# become slots, filled in each time the statement runs.
 compiling_template: ContextVar[bool] = ContextVar("cairnq_compiling_template", default=False)
 
 

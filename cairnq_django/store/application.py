@@ -14,7 +14,7 @@ import functools
 from collections.abc import Callable, Sequence
 from typing import Any, cast
 
-from django.db import connections, transaction
+from django.db import transaction
 from django.db.models import Count
 
 from .. import jsoncodec, signals
@@ -46,10 +46,9 @@ from ..validators import (
     check_integer,
     check_label,
 )
-from . import sql
-from .django_private import driver_copy
 from .encoding import inserted_record
 from .executor import Executor
+from .postgres_engine import Engine, engine_of
 from .protocol_statements import (
     BY_KEY,
     CANCEL,
@@ -68,18 +67,17 @@ from .protocol_statements import (
 # parameters, and the statement text repeats, so it is compiled once.
 _INSERT_ROWS = 1000
 
-# From this many rows a Postgres batch goes through COPY; below it, one
-# multi-row INSERT costs fewer round trips than COPY's two.
-_COPY_MIN_ROWS = 200
-
 
 class ApplicationOperations:
     """Submits, reads, cancels, retries and purges over one executor."""
 
-    def __init__(self, executor: Executor) -> None:
+    def __init__(self, executor: Executor, engine: Engine | None = None) -> None:
         self.executor = executor
         self.using = executor.using
         self.dialect = executor.dialect
+        # The alias's round-trip variants (postgres_engine.py), chosen once;
+        # a test passes the generic Engine to run the generic path anywhere.
+        self.engine = engine_of(executor) if engine is None else engine
 
     # ------------------------------------------------- the executor's own
     def tasks(self) -> TaskQuerySet:
@@ -151,20 +149,15 @@ class ApplicationOperations:
 
         Only "now" comes back from the database: the rest of each row is what
         was just written, and reading it back would decode every JSON value a
-        second time.
+        second time. A large batch may go through the engine's COPY instead
+        (postgres_engine.py).
         """
         if not specs:
             return []
         self.executor.verify_protocol()
-        connection = connections[self.using]
-        if (self.dialect.has_copy and len(specs) >= _COPY_MIN_ROWS
-                and connection.in_atomic_block):
-            with connection.cursor() as cursor:
-                copy = driver_copy(cursor)
-                if copy is not None:
-                    copied_at = self.executor.clock_ms()
-                    sql.copy_rows(copy, specs, copied_at)
-                    return [inserted_record(spec, copied_at) for spec in specs]
+        copied = self.engine.copy_insert(specs)
+        if copied is not None:
+            return copied
         now = now_ms() if self.dialect.uses_process_clock else None
         for start in range(0, len(specs), _INSERT_ROWS):
             chunk = specs[start : start + _INSERT_ROWS]

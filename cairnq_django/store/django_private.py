@@ -27,13 +27,24 @@ test settings, min of 3 timeit runs (the numbers that keep each seam).
    statement, mirrored here to name the parameters of short statements
    (SQLite binds a named list faster) and to give a plain sqlite3 connection
    its `?`.
-6. Compiling `select_for_update()` inside `atomic()`: Django refuses to
-   compile it in autocommit mode, though the statement only runs later, in a
-   transaction of its own.
+6. Compiling a statement to cache it (statement_cache.py): inside `atomic()`
+   for `select_for_update()`, which Django refuses to compile in autocommit
+   mode though the statement only runs later, in a transaction of its own;
+   and with db/expressions.py's `compiling_template` set, so that `Param` and
+   the SQLite clock compile to `Slot` objects. Django's compilers (5.2 to
+   6.1) carry an expression's parameters through to the statement's list
+   untouched, never adapting them before execute; the Slots rely on that.
+   The flag is ours (a ContextVar, as Django's own expressions receive only
+   the compiler and the connection); it is set here only.
 7. The driver's cursor behind Django's wrapper (`cursor.cursor`): psycopg 3's
    COPY, which Django has no API for (store/sql.py: half the cost per row of
-   a multi-row INSERT), and telling a client-side-binding cursor, the only
-   kind that sends two statements in one round trip.
+   a multi-row INSERT); telling a client-side-binding cursor, the only kind
+   that sends several statements in one round trip, and walking their result
+   sets (`nextset()`, a DB-API extension Django's wrapper passes through);
+   and psycopg's `pgresult`, whose field count says whether a statement
+   returned rows without building `description` (23 Column objects per task
+   row, on every claim and completion). store/postgres_engine.py is where
+   these serve the round-trip variants.
 8. `queryset.query.where` and `.is_sliced`, for the admin's paginator: is a
    listing filtered (else the catalog's row estimate stands for its count),
    and did the admin slice it yet. QuerySet has no public answer to either.
@@ -51,6 +62,8 @@ from django.db.models import F, Field, Model, QuerySet
 from django.db.models.constants import OnConflict
 from django.db.models.expressions import Expression
 from django.db.models.sql import DeleteQuery, InsertQuery, UpdateQuery
+
+from ..db.expressions import compiling_template
 
 Template = tuple[str, tuple[Any, ...]]
 
@@ -164,14 +177,18 @@ def qmark(sql: str) -> str:
     return _PLACEHOLDER.sub("?", sql).replace("%%", "%")
 
 
-# --------------------------------------------------- 6: select_for_update()
+# ------------------------------------------------- 6: compiling a template
 def compile_statement(using: str, build: Callable[[], T]) -> T:
-    """Run `build` (which compiles SQL) where Django allows select_for_update() to compile."""
+    """Run `build` (which compiles SQL) as a template: Params become slots, select_for_update() compiles."""
     connection = connections[using]
-    if connection.features.has_select_for_update and connection.get_autocommit():
-        with transaction.atomic(using=using):
-            return build()
-    return build()
+    token = compiling_template.set(True)
+    try:
+        if connection.features.has_select_for_update and connection.get_autocommit():
+            with transaction.atomic(using=using):
+                return build()
+        return build()
+    finally:
+        compiling_template.reset(token)
 
 
 # -------------------------------------------------------- 7: driver cursors
@@ -189,6 +206,33 @@ def is_client_binding(cursor: Any) -> bool:
     """
     psycopg = sys.modules.get("psycopg")
     return psycopg is not None and isinstance(cursor.cursor, psycopg.ClientCursor)
+
+
+def returns_rows(cursor: Any) -> bool:
+    """`cursor.description is not None`: whether the statement just run returned a result set.
+
+    psycopg's result answers the common case first; other drivers answer
+    through `description`.
+    """
+    result = getattr(getattr(cursor, "cursor", None), "pgresult", None)
+    if result is not None and result.nfields:
+        return True
+    return cursor.description is not None
+
+
+def run_batch(
+    cursor: Any, text: str, params: Sequence[Any] | dict[str, Any]
+) -> list[list[tuple[Any, ...]]]:
+    """Run `text`, statements joined by "; ", as one query: one round trip; each one's rows.
+
+    Only for a cursor is_client_binding() accepts. A statement that returns
+    no rows (a SET LOCAL) answers [].
+    """
+    cursor.execute(text, params)
+    results = [cursor.fetchall() if returns_rows(cursor) else []]
+    while cursor.nextset():
+        results.append(cursor.fetchall() if returns_rows(cursor) else [])
+    return results
 
 
 # ------------------------------------------------------ 8: reading a query

@@ -21,7 +21,7 @@ from ..models import ProtocolMeta
 from ..records import PROTOCOL_VERSION, TaskRecord
 from ..tables import known_missing_tables
 from . import sql
-from .django_private import is_client_binding, select_sql
+from .django_private import is_client_binding, returns_rows, run_batch, select_sql
 from .encoding import record
 from .protocol_statements import task_columns, tasks_of
 from .statement_cache import Statement
@@ -67,19 +67,6 @@ def unreadable_meta_error(using: str, exc: BaseException) -> Exception:
     )
 
 
-def _returns_rows(cursor: Any) -> bool:
-    """`cursor.description is not None`: whether the statement just run returned a result set.
-
-    psycopg builds a Column object per field every time `description` is read
-    (23 for a task row, on every claim and completion); its result's field
-    count answers the common case first. Other drivers answer as before.
-    """
-    result = getattr(getattr(cursor, "cursor", None), "pgresult", None)
-    if result is not None and result.nfields:
-        return True
-    return cursor.description is not None
-
-
 class Executor:
     """Runs compiled statements and SQL text on the connection of one database alias."""
 
@@ -94,14 +81,12 @@ class Executor:
         self.verify_protocol()
         sql_text, params = statement.bind(self.using, values or {}, shape, rows, now)
         with connections[self.using].cursor() as cursor:
-            prefix = statement_prefix() if self.dialect.vendor == "postgresql" else None
+            prefix = statement_prefix() if self.dialect.has_round_trip_engine else None
             if prefix is not None and is_client_binding(cursor):
                 # The worker's statement timeout, in the same round trip (timeouts.py).
-                cursor.execute(prefix + sql_text, params)
-                cursor.nextset()
-            else:
-                cursor.execute(sql_text, params)
-            return cursor.fetchall() if _returns_rows(cursor) else []
+                return run_batch(cursor, prefix + sql_text, params)[-1]
+            cursor.execute(sql_text, params)
+            return cursor.fetchall() if returns_rows(cursor) else []
 
     def run_sql(self, sql_text: str, params: Sequence[Any] = ()) -> None:
         """Run SQL text (store/sql.py) for its effect."""

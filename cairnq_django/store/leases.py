@@ -16,22 +16,20 @@ from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import connections
 from django.db.models import F
 
 from ..conf import cairnq_settings
-from ..drained import DRAINED_CHANNEL
 from ..errors import LostLease, error_envelope
 from ..jsoncodec import check_text, dumps
 from ..models import TaskFlow
 from ..records import DEFAULT_LEASE_MS, Limit, TaskRecord
 from ..validators import MAX_DELAY_MS, check_integer
-from . import attempts, sql
+from . import attempts
 from .application import ApplicationOperations
-from .django_private import is_client_binding
-from .encoding import LEASE_EXPIRED, encode_result, error_json, record
+from .encoding import LEASE_EXPIRED, encode_result, error_json
 from .executor import Executor
 from .limited_claim import LimitedClaim, LimitedClaims, relevant_limits
+from .postgres_engine import Engine
 from .protocol_statements import (
     CLAIM,
     COMPLETE,
@@ -47,23 +45,13 @@ from .protocol_statements import (
     SNOOZE,
     SUCCEED,
     claim_shape,
+    drained_notify_sql,
     draw_values,
 )
 from .statement_cache import Statement
-from .timeouts import statement_prefix
 
 # Rows per grouped-completion statement: 3 parameters each.
 _GROUP_ROWS = 500
-
-
-def drained_notify_sql(
-    using: str, queues: Sequence[str], key: str, names: Sequence[str]
-) -> tuple[str, list[Any]]:
-    """SELECT pg_notify(drained channel, key) if nothing is claimable for `names` (drained.py)."""
-    shape = (len(queues), len(names))
-    probe, probe_params = HAS_CLAIMABLE.bind(using, draw_values(queues, names), shape)
-    # The probe is a compiled statement; every value in it is a bound parameter.
-    return sql.DRAINED_NOTIFY.format(probe=probe), [DRAINED_CHANNEL, key, *probe_params]
 
 
 def _claim_plan(
@@ -110,9 +98,9 @@ class LeaseOperations(ApplicationOperations):
     step's release), so this part is the application part and more.
     """
 
-    def __init__(self, executor: Executor) -> None:
-        super().__init__(executor)
-        self._limited = LimitedClaims(executor)
+    def __init__(self, executor: Executor, engine: Engine | None = None) -> None:
+        super().__init__(executor, engine)
+        self._limited = LimitedClaims(executor, self.engine)
 
     def has_claimable(self, *, queues: Sequence[str], names: Sequence[str] | None = None) -> bool:
         """Read-only probe: is there due work (or an expired lease) worth a claim?"""
@@ -169,9 +157,8 @@ class LeaseOperations(ApplicationOperations):
         queues, plan = _claim_plan(queues, lease_ms, limit, names, draws)
         if not self.dialect.has_listen_notify:
             announce = None
-        claimed = None
-        if self.dialect.has_row_locks and len(plan) == 1:
-            claimed = self._claim_one_round_trip(queues, worker_id, lease_ms, *plan[0], announce)
+        # PostgreSQL: the recovery and the claim in one round trip, where it can.
+        claimed = self.engine.claim(queues, worker_id, lease_ms, plan, announce)
         if claimed is None:
             claimed = self._claim_in_transaction(queues, worker_id, lease_ms, plan, announce)
         claimed.sort(key=claim_order)
@@ -231,62 +218,6 @@ class LeaseOperations(ApplicationOperations):
                 claimed += self.executor.records(CLAIM, values, claim_shape(queues, draw_names, draw_limit))
             if announce is not None:
                 self.executor.run_sql(*drained_notify_sql(self.using, queues, *announce))
-        return claimed
-
-    def _claim_one_round_trip(
-        self,
-        queues: Sequence[str],
-        worker_id: str,
-        lease_ms: int,
-        names: Sequence[str] | None,
-        limit: int,
-        announce: tuple[str, Sequence[str]] | None = None,
-    ) -> list[TaskRecord] | None:
-        """Postgres: recover and claim as one two-statement query, one round trip.
-
-        Postgres runs the statements of one simple-protocol query as a single
-        transaction, and the second (the claim) sees what the first (the
-        recovery) requeued, so this is the protocol's claim transaction
-        without the BEGIN and COMMIT round trips. Only client-side binding
-        (Django's default) can send two statements at once; with
-        server_side_binding, or inside a caller's transaction, this returns
-        None and the claim runs as usual.
-        """
-        connection = connections[self.using]
-        if connection.in_atomic_block:
-            return None
-        values = {
-            "worker_id": worker_id, "lease_ms": lease_ms, "lease_error": LEASE_EXPIRED,
-            **draw_values(queues, names),
-        }
-        shape = claim_shape(queues, names, limit)
-        self.executor.verify_protocol()
-        with connection.cursor() as cursor:
-            if not is_client_binding(cursor):
-                return None
-            recover, recover_params = RECOVER.bind(self.using, values)
-            claim, claim_params = CLAIM.bind(self.using, values, shape)
-            # Postgres binds positionally (Dialect.binds_by_name), so the lists join.
-            text = f"{recover}; {claim}"
-            params = [*recover_params, *claim_params]
-            if announce is not None:
-                # A third statement of the same transaction, seeing the claim's changes.
-                notify, notify_params = drained_notify_sql(self.using, queues, *announce)
-                text, params = f"{text}; {notify}", [*params, *notify_params]
-            prefix = statement_prefix()
-            if prefix is not None:  # the worker's statement timeout (timeouts.py)
-                text = prefix + text
-            cursor.execute(text, params)
-            if prefix is not None:
-                cursor.nextset()  # past the SET LOCAL, which returns no rows
-            # The recovery's own rows come back anyway; nearly always none.
-            recovered = [record(row) for row in cursor.fetchall()]
-            cursor.nextset()
-            claimed = [record(row) for row in cursor.fetchall()]
-        # That query has committed: the lost attempts' rows follow in a
-        # transaction of their own (a crash in between leaves them
-        # "unrecorded" in the history, the tasks themselves settled right).
-        attempts.record_lost_after(self.using, recovered)
         return claimed
 
     def _owned(

@@ -35,12 +35,11 @@ from django.db.models import QuerySet
 
 from ..models import FlowStart
 from ..records import Limit, TaskRecord
-from . import attempts, sql
-from .django_private import is_client_binding, select_sql
-from .encoding import LEASE_EXPIRED, record
+from . import sql
 from .executor import Executor
-from .limit_counts import Counts, add_rows, count_queries, read_counts, scope_value
-from .protocol_statements import CLAIM_IDS, RECOVER, paused_queues_of, tasks_of
+from .limit_counts import Counts, read_counts, scope_value
+from .postgres_engine import Engine
+from .protocol_statements import CLAIM_IDS, paused_queues_of, tasks_of
 
 # How many candidates one read of the claim looks at: enough that tasks held
 # back by a limit do not hide the ones behind them, bounded so a claim never
@@ -188,8 +187,9 @@ class _Pick:
 class LimitedClaims:
     """The limited claim over one executor (LeaseOperations.claim_limited calls it)."""
 
-    def __init__(self, executor: Executor) -> None:
+    def __init__(self, executor: Executor, engine: Engine) -> None:
         self.executor = executor
+        self.engine = engine
         self.using = executor.using
         self._prune_at = 0.0
 
@@ -216,7 +216,8 @@ class LimitedClaims:
             # The first read leaves nothing out: on PostgreSQL it goes with the
             # lock and the counts, before they are known.
             first = self._candidate_query(queues, _Pick(limits, Counts(0), plan), window)
-            found = self._lock_recover_count(limits, first)
+            # PostgreSQL: the lock, the recovery, the counts and this read in one round trip.
+            found = self.engine.lock_recover_count(limits, first)
             first_rows: list[tuple[str, str, str, str | None]] | None = None
             if found is None:
                 now = self._lock()
@@ -285,45 +286,6 @@ class LimitedClaims:
         with connections[self.using].cursor() as cursor:
             cursor.execute(sql.LIMITED_CLAIM_LOCK)
             return int(cursor.fetchone()[0])
-
-    def _lock_recover_count(
-        self, limits: Sequence[Limit], first: QuerySet[Any, Any]
-    ) -> tuple[Counts, list[tuple[str, str, str, str | None]]] | None:
-        """PostgreSQL: the lock, the lease recovery, the counts and the `first` candidates in one round trip.
-
-        None elsewhere.
-
-        One simple-protocol query of several statements, run in order inside
-        the claim's transaction, each with a snapshot of its own taken after
-        the lock is held. Their SQL clock is the query's arrival, before any
-        wait for the lock: a lease that ran out during the wait still counts
-        as running, and the start log is read from a little earlier than
-        needed — both err towards holding back, never towards one too many.
-        Only client-side binding (Django's default) sends several statements
-        at once; otherwise the caller runs them one by one.
-        """
-        if not self.executor.dialect.has_advisory_locks:
-            return None
-        queries = count_queries(self.using, limits, None)
-        with connections[self.using].cursor() as cursor:
-            if not is_client_binding(cursor):
-                return None
-            parts = [(sql.LIMITED_CLAIM_LOCK, ()), RECOVER.bind(self.using, {"lease_error": LEASE_EXPIRED})]
-            parts += [select_sql(query) for _, query in queries]
-            parts.append(select_sql(first))
-            # PostgreSQL binds positionally (Dialect.binds_by_name), so the lists join.
-            cursor.execute("; ".join(text for text, _ in parts), [p for _, params in parts for p in params])
-            counts = Counts(int(cursor.fetchone()[0]))
-            cursor.nextset()
-            recovered = [record(row) for row in cursor.fetchall()]
-            for index, _ in queries:
-                cursor.nextset()
-                add_rows(counts, limits, index, cursor.fetchall())
-            cursor.nextset()
-            rows = [tuple(row) for row in cursor.fetchall()]
-        # Still inside the claim's transaction: the lost attempts commit with their recovery.
-        attempts.record_lost(self.using, recovered)
-        return counts, rows
 
     def _candidate_query(self, queues: Sequence[str], pick: _Pick, window: int) -> QuerySet[Any, Any]:
         """Due tasks in claim order, less the scopes found full, locked (PostgreSQL) for the claim."""

@@ -25,8 +25,10 @@ from ..db.expressions import (
     text_param,
 )
 from ..db.querysets import TaskQuerySet, one_of
+from ..drained import DRAINED_CHANNEL
 from ..models import ProtocolMeta, QueueState, Task, TaskKey
 from ..records import COLUMNS
+from . import sql
 from .django_private import (
     Template,
     delete_sql,
@@ -271,3 +273,13 @@ COMPLETE_MANY = Statement(_build_complete_many)
 FAIL = _owned_update(transitions.fail)
 METADATA = _owned_update(transitions.replace_metadata)
 SNOOZE = _owned_update(transitions.snooze)
+
+
+def drained_notify_sql(
+    using: str, queues: Sequence[str], key: str, names: Sequence[str]
+) -> tuple[str, list[Any]]:
+    """SELECT pg_notify(drained channel, key) if nothing is claimable for `names` (drained.py)."""
+    shape = (len(queues), len(names))
+    probe, probe_params = HAS_CLAIMABLE.bind(using, draw_values(queues, names), shape)
+    # The probe is a compiled statement; every value in it is a bound parameter.
+    return sql.DRAINED_NOTIFY.format(probe=probe), [DRAINED_CHANNEL, key, *probe_params]

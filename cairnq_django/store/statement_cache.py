@@ -14,7 +14,7 @@ from collections.abc import Callable, Hashable, Mapping, Sequence
 from typing import Any
 
 from ..db.dialects import dialect_of
-from ..db.expressions import NOW_SLOT, Slot, compiling_template
+from ..db.expressions import NOW_SLOT, Slot
 from ..ids import now_ms
 from .django_private import MAX_NAMED, Template, bind_placeholders, compile_statement, to_named
 
@@ -31,11 +31,7 @@ class Statement:
         key = (using, shape)
         hit = self._cache.get(key)
         if hit is None:
-            token = compiling_template.set(True)
-            try:
-                sql, params = compile_statement(using, lambda: self._build(using, *shape))
-            finally:
-                compiling_template.reset(token)
+            sql, params = compile_statement(using, lambda: self._build(using, *shape))
             if dialect_of(using).binds_by_name and len(params) <= MAX_NAMED:
                 sql = to_named(sql)
             with self._lock:
