@@ -221,16 +221,21 @@ def returns_rows(cursor: Any) -> bool:
 
 
 def run_batch(
-    cursor: Any, text: str, params: Sequence[Any] | dict[str, Any]
+    cursor: Any, text: str, params: Sequence[Any] | dict[str, Any], *, skip: int = 0,
+    read: int | None = None,
 ) -> list[list[tuple[Any, ...]]]:
     """Run `text`, statements joined by "; ", as one query: one round trip; each one's rows.
 
-    Only for a cursor is_client_binding() accepts. A statement that returns
-    no rows (a SET LOCAL) answers [].
+    The first `skip` statements return no rows (a SET LOCAL) and are passed
+    over; of the rest, the first `read` are read (None: all of them), so a
+    caller that needs none of the last ones' rows asks no more of the driver.
+    Only for a cursor is_client_binding() accepts.
     """
     cursor.execute(text, params)
+    for _ in range(skip):
+        cursor.nextset()
     results = [cursor.fetchall() if returns_rows(cursor) else []]
-    while cursor.nextset():
+    while (read is None or len(results) < read) and cursor.nextset():
         results.append(cursor.fetchall() if returns_rows(cursor) else [])
     return results
 

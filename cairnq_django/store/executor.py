@@ -84,7 +84,7 @@ class Executor:
             prefix = statement_prefix() if self.dialect.has_round_trip_engine else None
             if prefix is not None and is_client_binding(cursor):
                 # The worker's statement timeout, in the same round trip (timeouts.py).
-                return run_batch(cursor, prefix + sql_text, params)[-1]
+                return run_batch(cursor, prefix + sql_text, params, skip=1, read=1)[0]
             cursor.execute(sql_text, params)
             return cursor.fetchall() if returns_rows(cursor) else []
 

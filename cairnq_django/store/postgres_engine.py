@@ -107,9 +107,8 @@ class PostgresEngine(Engine):
             prefix = statement_prefix()
             if prefix is not None:  # the worker's statement timeout (timeouts.py)
                 text = prefix + text
-            results = run_batch(cursor, text, params)
-        if prefix is not None:
-            results = results[1:]  # past the SET LOCAL, which returns no rows
+            # Past the SET LOCAL, if any; the drained NOTIFY's row is not read.
+            results = run_batch(cursor, text, params, skip=0 if prefix is None else 1, read=2)
         # The recovery's own rows come back anyway; nearly always none.
         recovered = [record(row) for row in results[0]]
         claimed = [record(row) for row in results[1]]
