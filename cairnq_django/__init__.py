@@ -55,7 +55,7 @@ if TYPE_CHECKING:
     from .flow.limits import Limit, LimitUsage, clear_limit, effective_limits, limit_usage, set_limit
     from .flow.pausing import pause_queue, paused_queues, resume_queue
     from .worker import TaskContext, register, task
-    from .workflows.builder import InvalidWorkflow, Workflow
+    from .workflows.builder import Workflow
     from .workflows.control import cancel_workflow, retry_workflow
     from .workflows.reads import (
         WorkflowRun,
@@ -66,6 +66,7 @@ if TYPE_CHECKING:
         wait_workflow,
     )
     from .workflows.shorthands import chain, chord, group, sig
+    from .workflows.steps import InvalidWorkflow
 
 _WORKER_NAMES = frozenset({"TaskContext", "register", "task"})
 _FLOW_NAMES = frozenset({"pause_queue", "paused_queues", "resume_queue"})
@@ -74,7 +75,7 @@ _LIMIT_NAMES = frozenset(
 )
 
 _WORKFLOW_NAMES = {
-    "Workflow": "builder", "InvalidWorkflow": "builder", "cancel_workflow": "control",
+    "Workflow": "builder", "InvalidWorkflow": "steps", "cancel_workflow": "control",
     "retry_workflow": "control", "WorkflowRun": "reads", "WorkflowTimeout": "reads",
     "aget_workflow": "reads", "await_workflow": "reads", "get_workflow": "reads",
     "wait_workflow": "reads", "chain": "shorthands", "chord": "shorthands", "group": "shorthands",

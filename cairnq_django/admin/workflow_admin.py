@@ -22,10 +22,10 @@ from django.urls import URLPattern, path, reverse
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from ..workflows.builder import InvalidWorkflow
 from ..workflows.control import RETRY_MODES, cancel_workflow, retry_workflow
 from ..workflows.models import Workflow, WorkflowEdge, WorkflowStep
 from ..workflows.reads import WorkflowRun
+from ..workflows.steps import InvalidWorkflow
 from .display import compact_time
 from .guarded import FlowStateAdmin, acceptable_id, refuse_nul
 from .views.workflow_graph import graph_svg

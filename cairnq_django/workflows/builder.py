@@ -24,16 +24,15 @@ from django.db import transaction
 from django.utils import timezone
 
 from .. import validators
-from ..errors import CairnQError
 from ..ids import ulid
 from ..jsoncodec import dumps
 from ..records import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE, MAX_LIMIT_VALUE_LENGTH, TaskSpec
 from ..store import ApplicationOperations, get_store
 from ..validators import MAX_KEY_LENGTH, MAX_NAME_LENGTH, check_label
-from . import STEP_KEY
 from .models import WHEN_CHOICES, WorkflowEdge, WorkflowStep
 from .models import Workflow as WorkflowRow
-from .release import CONCURRENCY_PREFIX
+from .reads import WorkflowRun
+from .steps import CONCURRENCY_PREFIX, InvalidWorkflow, task_name, task_spec
 
 # The most steps one enqueue() writes: a graph this size is written in one
 # transaction, and a larger one is more likely a mistake than a plan.
@@ -41,10 +40,6 @@ MAX_STEPS = 20_000
 
 # enqueue()'s options a step takes, stored on the step until its task row is written.
 _STEP_OPTIONS = frozenset({"queue", "priority", "max_attempts", "delay", "concurrency_key"})
-
-
-class InvalidWorkflow(CairnQError, ValueError):
-    """Workflow.enqueue() found the graph unusable; nothing was written."""
 
 
 @dataclass(frozen=True)
@@ -67,16 +62,6 @@ class _Planned:
     options: dict[str, Any] = field(default_factory=dict)
     # The options as the task row takes them (delay as delay_ms), set by the checks.
     resolved: dict[str, Any] = field(default_factory=dict)
-
-
-def task_name(task: Any) -> str:
-    """A task's row name: a string, or a django.tasks Task (its cairnq_name or module path)."""
-    if isinstance(task, str):
-        return task
-    name = getattr(task, "cairnq_name", None) or getattr(task, "module_path", None)
-    if not isinstance(name, str):
-        raise InvalidWorkflow(f"A step's task must be a task name or a django.tasks Task, got {task!r}.")
-    return name
 
 
 class Workflow:
@@ -118,7 +103,6 @@ class Workflow:
 
         With a key, a workflow of that key still running is returned instead.
         """
-        from .reads import WorkflowRun  # reads imports release, which imports this lazily
 
         store = get_store(using)
         steps, parents = self._checked(store)
@@ -239,22 +223,6 @@ class Workflow:
             # A step's own concurrency key wins: a task has one.
             options.setdefault("concurrency_key", CONCURRENCY_PREFIX + workflow_id)
         return options
-
-
-def task_spec(store: ApplicationOperations, step: WorkflowStep) -> TaskSpec:
-    """The task row of a step that is due, prepared (unkeyed: the step's own id makes it unique)."""
-    options = step.options or {}
-    spec = store.prepare(
-        step.task_name, step.payload,
-        queue=options.get("queue", DEFAULT_QUEUE),
-        priority=options.get("priority", DEFAULT_PRIORITY),
-        max_attempts=options.get("max_attempts", DEFAULT_MAX_ATTEMPTS),
-        delay_ms=options.get("delay_ms", 0),
-        metadata={STEP_KEY: {"workflow": step.workflow_id, "step": step.pk, "name": step.name}},
-        correlation_id=step.workflow_id,
-        concurrency_key=options.get("concurrency_key"),
-    )
-    return spec
 
 
 def _as_list(after: Any) -> list[Any]:

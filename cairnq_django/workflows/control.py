@@ -10,9 +10,9 @@ from ..flow.limits import set_limit
 from ..models import Task
 from ..records import TERMINAL_STATUSES
 from ..store import get_store
-from .builder import InvalidWorkflow
 from .models import Workflow, WorkflowEdge, WorkflowStep
-from .release import CONCURRENCY_PREFIX, after_settle, finish, release
+from .release import after_settle, finish, release
+from .steps import CONCURRENCY_PREFIX, InvalidWorkflow
 
 RETRY_MODES = ("failed_only", "failed_and_downstream", "all")
 

@@ -18,8 +18,8 @@ from ..ids import ulid
 from ..jsoncodec import dumps
 from ..store import ApplicationOperations
 from ..validators import MAX_NAME_LENGTH, check_label
-from .builder import InvalidWorkflow, task_name
 from .models import Workflow, WorkflowEdge, WorkflowStep
+from .steps import InvalidWorkflow, task_name
 
 logger = logging.getLogger("cairnq_django.workflows")
 

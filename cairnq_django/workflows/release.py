@@ -34,9 +34,7 @@ from .statements import (
     WAITING_CHILDREN,
     waiting_children,
 )
-
-# A workflow with concurrency=N caps its steps through a key_prefix flow limit on this prefix + its id.
-CONCURRENCY_PREFIX = "cairnq.workflow:"
+from .steps import CONCURRENCY_PREFIX, task_spec
 
 
 def step_marker(row: TaskRecord) -> dict[str, Any] | None:
@@ -162,8 +160,6 @@ def release(store: ApplicationOperations, due: Sequence[WorkflowStep]) -> None:
     """
     if not due:
         return
-    from .builder import task_spec  # builder imports this module
-
     specs: list[TaskSpec] = []
     for step in due:
         spec = task_spec(store, step)
