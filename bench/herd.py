@@ -146,7 +146,7 @@ def measure(workers: int, concurrency: int, tasks: int, idle_s: float, db: str, 
     try:
         # Warm-up: every worker is up once the workers table lists them all.
         deadline = mono() + 120
-        from cairnq_django.observability.models import WorkerRecord
+        from cairnq_django.models import WorkerRecord
 
         while WorkerRecord.objects.count() < workers:
             if mono() > deadline or any(p.poll() is not None for p in procs):

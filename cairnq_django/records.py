@@ -197,6 +197,8 @@ class TaskStatus:
 # A flow limit's value and a concurrency key are index entries and names a
 # person reads; the same bound as a queue's or a task name's.
 MAX_LIMIT_VALUE_LENGTH = 255
+# A schedule's name is its state row's primary key.
+MAX_SCHEDULE_NAME_LENGTH = 200
 # What room() says of a lifted limit: more than any column could count.
 _NO_BOUND = 2**31 - 1
 

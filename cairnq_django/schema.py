@@ -1,6 +1,6 @@
 """What the migrations do beyond the models: adopt a peer's tables, and the protocol's rows.
 
-The models declare the tables (see models.py). Three things have no Django
+The models declare the tables (see models/protocol.py). Three things have no Django
 field or option, and live here for the migrations to call:
 
 - A database a peer (the `cairnq` SDK, the TypeScript SDK) set up first

@@ -10,8 +10,7 @@ from django.contrib.messages import get_messages
 from django.test import override_settings
 from django.urls import reverse
 
-from cairnq_django.models import Task
-from cairnq_django.schedules.models import ScheduleState
+from cairnq_django.models import ScheduleState, Task
 
 pytestmark = pytest.mark.django_db
 

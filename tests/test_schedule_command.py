@@ -9,7 +9,7 @@ from django.core.management import CommandError, call_command
 from django.test import override_settings
 
 from cairnq_django import get
-from cairnq_django.schedules.models import ScheduleState
+from cairnq_django.models import ScheduleState
 
 pytestmark = pytest.mark.django_db
 

@@ -7,10 +7,9 @@ from datetime import timedelta
 import pytest
 
 from cairnq_django import get
-from cairnq_django.models import Task
+from cairnq_django.models import ScheduleState, Task
 from cairnq_django.schedules import state
 from cairnq_django.schedules.config import parse_schedule
-from cairnq_django.schedules.models import ScheduleState
 from cairnq_django.schedules.scheduler import MAX_SLEEP_MS, Scheduler
 
 pytestmark = pytest.mark.django_db

@@ -6,8 +6,7 @@ import signal
 
 import pytest
 
-from cairnq_django.models import Task
-from cairnq_django.schedules.models import ScheduleState
+from cairnq_django.models import ScheduleState, Task
 from tests.workerutil import WorkerProcess, wait_for
 
 pytestmark = pytest.mark.slow

@@ -15,8 +15,8 @@ import pytest
 from django.db import connection
 
 from cairnq_django import enqueue, get
+from cairnq_django.models import WorkerRecord
 from cairnq_django.observability.health import check
-from cairnq_django.observability.models import WorkerRecord
 from cairnq_django.observability.overview import database_now_ms
 from tests.peer import sdk_target
 from tests.storeutil import shift

@@ -21,8 +21,8 @@ from django.urls import NoReverseMatch, reverse
 from django.utils.translation import gettext as _
 
 from ..conf import cairnq_settings
+from ..models import ScheduleState
 from ..schedules import state
-from ..schedules.models import ScheduleState
 from ..schedules.overview import ScheduleView, find_schedule, schedule_views
 from .guarded import GuardedAdmin, refuse_nul
 from .permissions import require_view_permission

@@ -22,8 +22,8 @@ from django.urls import URLPattern, path, reverse
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
+from ..models import Workflow, WorkflowEdge, WorkflowStep
 from ..workflows.control import RETRY_MODES, cancel_workflow, retry_workflow
-from ..workflows.models import Workflow, WorkflowEdge, WorkflowStep
 from ..workflows.reads import WorkflowRun
 from ..workflows.steps import InvalidWorkflow
 from .display import compact_time

@@ -1,6 +1,6 @@
 """Flow control across the fleet: what holds a task back beyond the protocol's own run_at.
 
-The state lives in models.py (the app's own tables, not the protocol's): the
+The state lives in models/flow.py (the app's own tables, not the protocol's): the
 queue pause flags, each task's snooze count and concurrency key, the
 runtime limits and the rate limits' start log. pausing.py pauses and resumes
 queues (admin/queue_state_admin.py has the dashboard's buttons; the claim

@@ -11,9 +11,9 @@ from django.db.utils import Error as DatabaseError
 from ..conf import cairnq_settings
 from ..errors import CairnQError, TablesMissing
 from ..humanize import human_duration as format_duration
+from ..models.workers import GONE_AFTER_INTERVALS
 from ..store import get_store
 from ..tables import known_missing_tables
-from .models import GONE_AFTER_INTERVALS
 from .overview import Overview, overview
 from .unhandled import registered_names, unhandled_names
 

@@ -7,12 +7,11 @@ from dataclasses import dataclass, field
 
 from ..flow.limits import LimitUsage, limit_usage
 from ..flow.pausing import paused_queues
-from ..models import Task
+from ..models import Task, WorkerRecord
 from ..store import get_store
 from ..store.admin_reads import QueueStats, queue_stats
 from ..workflows.reads import count_by_state
 from .flow import busiest_keys
-from .models import WorkerRecord
 
 
 def database_now_ms(using: str) -> int:

@@ -11,7 +11,7 @@ started together does not write together. In the same transaction, off the
 claim path, it looks for due tasks whose name no live worker handles
 (unhandled.py) and warns about each such name, at most once per
 WARN_UNHANDLED_EVERY_S. A worker that dies without stopping leaves its row behind, which
-readers then show as gone (see models.GONE_AFTER_INTERVALS); any live worker
+readers then show as gone (see models/workers.py's GONE_AFTER_INTERVALS); any live worker
 deletes rows that have been gone for longer than FORGET_AFTER_MS.
 """
 
@@ -28,9 +28,10 @@ from typing import Any
 
 from django.db import connections, transaction
 
+from ..models import WorkerRecord
+from ..models.workers import GONE_AFTER_INTERVALS
 from ..pooling import release
 from ..tables import known_missing_tables
-from .models import GONE_AFTER_INTERVALS, WorkerRecord
 from .overview import database_now_ms
 from .unhandled import describe, live_registered_names, unhandled_names
 

@@ -29,8 +29,7 @@ from dataclasses import dataclass
 from django.db.models import Count, Min
 
 from ..humanize import human_duration
-from ..models import Task
-from .models import WorkerRecord
+from ..models import Task, WorkerRecord
 
 # Activity on a name this recent means some worker (maybe not a Django one) runs it.
 RECENTLY_SERVED_MS = 600_000

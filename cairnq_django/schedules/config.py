@@ -24,7 +24,7 @@ from django.conf import settings as django_settings
 
 from .. import jsoncodec
 from ..conf import cairnq_settings
-from ..records import DEFAULT_CONFLICT
+from ..records import DEFAULT_CONFLICT, MAX_SCHEDULE_NAME_LENGTH
 from ..validators import (
     INT32_MIN,
     MAX_KEY_LENGTH,
@@ -49,10 +49,6 @@ KNOWN_KEYS = (
     "task", "cron", "every", "timezone", "payload", "args", "kwargs", "queue", "priority",
     "max_attempts", "metadata", "key", "conflict", "missed", "grace",
 )
-
-# Schedule names are the state table's primary key.
-MAX_SCHEDULE_NAME_LENGTH = 200
-
 
 class ScheduleConfigError(ValueError):
     """A schedule in settings that cannot run; `hint` says what would."""

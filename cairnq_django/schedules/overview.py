@@ -6,9 +6,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from zoneinfo import ZoneInfo
 
-from ..models import Task
+from ..models import ScheduleState, Task
 from .config import Schedule, configured_schedules
-from .models import ScheduleState
 from .state import db_now_ms, read_states
 
 UTC = ZoneInfo("UTC")

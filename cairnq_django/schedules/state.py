@@ -17,10 +17,10 @@ from typing import Any
 from django.db import IntegrityError, transaction
 
 from ..declared import row_options
+from ..models import ScheduleState
 from ..records import TaskRecord
 from ..store import get_store
 from .config import Schedule
-from .models import ScheduleState
 
 
 def db_now_ms(using: str) -> int:

@@ -26,11 +26,12 @@ from django.utils import timezone
 from .. import validators
 from ..ids import ulid
 from ..jsoncodec import dumps
+from ..models import Workflow as WorkflowRow
+from ..models import WorkflowEdge, WorkflowStep
+from ..models.workflows import WHEN_CHOICES
 from ..records import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE, MAX_LIMIT_VALUE_LENGTH, TaskSpec
 from ..store import ApplicationOperations, get_store
 from ..validators import MAX_KEY_LENGTH, MAX_NAME_LENGTH, check_label
-from .models import WHEN_CHOICES, WorkflowEdge, WorkflowStep
-from .models import Workflow as WorkflowRow
 from .reads import WorkflowRun
 from .steps import CONCURRENCY_PREFIX, InvalidWorkflow, task_name, task_spec
 

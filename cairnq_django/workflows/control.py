@@ -7,10 +7,9 @@ from collections import defaultdict
 from django.db import transaction
 
 from ..flow.limits import set_limit
-from ..models import Task
+from ..models import Task, Workflow, WorkflowEdge, WorkflowStep
 from ..records import TERMINAL_STATUSES
 from ..store import get_store
-from .models import Workflow, WorkflowEdge, WorkflowStep
 from .release import after_settle, finish, release
 from .steps import CONCURRENCY_PREFIX, InvalidWorkflow
 

@@ -16,9 +16,9 @@ from django.db.models import F
 
 from ..ids import ulid
 from ..jsoncodec import dumps
+from ..models import Workflow, WorkflowEdge, WorkflowStep
 from ..store import ApplicationOperations
 from ..validators import MAX_NAME_LENGTH, check_label
-from .models import Workflow, WorkflowEdge, WorkflowStep
 from .steps import InvalidWorkflow, task_name
 
 logger = logging.getLogger("cairnq_django.workflows")

@@ -12,9 +12,9 @@ from asgiref.sync import sync_to_async
 from django.db.models import Count
 
 from ..errors import CairnQError
-from ..models import Task
+from ..models import Task, Workflow, WorkflowEdge, WorkflowStep
+from ..models.workflows import WORKFLOW_STATES
 from ..store import get_store
-from .models import WORKFLOW_STATES, Workflow, WorkflowEdge, WorkflowStep
 
 TERMINAL = frozenset({"succeeded", "failed", "canceled"})
 

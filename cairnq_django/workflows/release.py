@@ -22,10 +22,10 @@ from typing import Any
 from django.db.models import F, Q
 
 from ..flow.limits import clear_limit
+from ..models import WorkflowEdge, WorkflowStep
 from ..records import TERMINAL_STATUSES, TaskRecord, TaskSpec
 from ..store import ApplicationOperations
 from . import STEP_KEY
-from .models import WorkflowEdge, WorkflowStep
 from .statements import (
     COUNT_DOWN_STEP,
     COUNT_DOWN_WORKFLOW,

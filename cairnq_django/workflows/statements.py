@@ -16,9 +16,9 @@ from django.db import models
 from django.db.models import Case, F, Q, QuerySet, Value, When
 
 from ..db.expressions import NowMs, Param, RawText, text_param
+from ..models import Workflow, WorkflowEdge, WorkflowStep
 from ..store.django_private import Template, select_sql, update_sql
 from ..store.statement_cache import Statement
-from .models import Workflow, WorkflowEdge, WorkflowStep
 
 
 def _count(name: str) -> Param:

@@ -9,10 +9,10 @@ from __future__ import annotations
 from typing import Any
 
 from ..errors import CairnQError
+from ..models import WorkflowStep
 from ..records import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE, TaskSpec
 from ..store import ApplicationOperations
 from . import STEP_KEY
-from .models import WorkflowStep
 
 # A workflow with concurrency=N caps its steps through a key_prefix flow limit on this prefix + its id.
 CONCURRENCY_PREFIX = "cairnq.workflow:"

@@ -20,9 +20,8 @@ from django.db import connection
 from django.urls import reverse
 
 from cairnq_django import pause_queue, set_limit
-from cairnq_django.models import Task, WorkerRecord
+from cairnq_django.models import ScheduleState, Task, WorkerRecord
 from cairnq_django.observability.overview import database_now_ms
-from cairnq_django.schedules.models import ScheduleState
 
 from ..storeutil import make
 from .admin_corpus import (

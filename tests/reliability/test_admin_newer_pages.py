@@ -22,8 +22,7 @@ from django.test import Client, RequestFactory
 from django.urls import Resolver404, resolve
 
 from cairnq_django import pause_queue, set_limit
-from cairnq_django.models import Task
-from cairnq_django.schedules.models import ScheduleState
+from cairnq_django.models import ScheduleState, Task
 
 from ..storeutil import make
 from .admin_corpus import (

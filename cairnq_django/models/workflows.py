@@ -2,7 +2,7 @@
 
 Django's own tables (no other CairnQ implementation reads them): a step is
 a row here while it waits, and becomes an ordinary task row only once its
-parents let it run (release.py), so no worker of any language can start it
+parents let it run (workflows/release.py), so no worker of any language can start it
 early. `pending` counts the parents a waiting step still waits for; the
 transaction that settles a parent counts it down under the step's row lock.
 """

@@ -3,7 +3,7 @@
 Unlike the protocol's tables this one is Django's own (other CairnQ
 implementations neither read nor write it), so it is a managed model with an
 ordinary migration. The scheduler advances `cursor_ms` only by compare-and-set
-(state.py), in the transaction that enqueues the occurrence.
+(schedules/state.py), in the transaction that enqueues the occurrence.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from __future__ import annotations
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
-from .config import MAX_SCHEDULE_NAME_LENGTH
+from ..records import MAX_SCHEDULE_NAME_LENGTH
 
 
 class ScheduleState(models.Model):
