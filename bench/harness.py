@@ -9,6 +9,7 @@ database's single-client commit limit measured in the same run.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import json
 import os
@@ -345,6 +346,7 @@ def main() -> None:
                             }
                             results["cells"].append(cell)
                             log(f"   {who} {workload} {' '.join(full[1:])}: {_brief(summary)}")
+                            _save_partial(results, started)
             for who in (system, *partners):
                 dbs.drop_all(who, backend)
     results["finished"] = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
@@ -359,6 +361,8 @@ def main() -> None:
         json.dump(results, f, indent=1)
     with open(os.path.join(out_dir, f"{stamp}.md"), "w") as f:
         f.write(table)
+    with contextlib.suppress(FileNotFoundError):
+        os.remove(os.path.join(out_dir, f"{stamp}.partial.json"))
     if opts.write_docs:
         from .report import write_docs, write_readme
 
@@ -367,6 +371,16 @@ def main() -> None:
         if set(results["limits"]) == {"sqlite", "postgres"}:
             write_readme(os.path.join(ROOT, "README.md"), results)
     log(f"results: bench/results/{stamp}.json")
+
+
+def _save_partial(results: dict, started: dt.datetime) -> None:
+    """Keep what a long run has measured so far, so a run cut short still leaves its cells."""
+    out_dir = os.path.join(ROOT, "bench", "results")
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, started.strftime("%Y%m%dT%H%M%SZ") + ".partial.json")
+    with open(path + ".tmp", "w") as f:
+        json.dump(results, f, indent=1)
+    os.replace(path + ".tmp", path)
 
 
 def _extract_baseline(ref: str, workdir: str) -> tuple[str, str]:
