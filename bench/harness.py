@@ -354,15 +354,12 @@ def main() -> None:
 
     table = render(results)
     print(table)
-    out_dir = os.path.join(ROOT, "bench", "results")
-    os.makedirs(out_dir, exist_ok=True)
-    stamp = started.strftime("%Y%m%dT%H%M%SZ")
-    with open(os.path.join(out_dir, f"{stamp}.json"), "w") as f:
+    with open(_result_path(started, ".json"), "w") as f:
         json.dump(results, f, indent=1)
-    with open(os.path.join(out_dir, f"{stamp}.md"), "w") as f:
+    with open(_result_path(started, ".md"), "w") as f:
         f.write(table)
     with contextlib.suppress(FileNotFoundError):
-        os.remove(os.path.join(out_dir, f"{stamp}.partial.json"))
+        os.remove(_result_path(started, ".partial.json"))
     if opts.write_docs:
         from .report import write_docs, write_readme
 
@@ -370,14 +367,19 @@ def main() -> None:
         # Only a run of both backends replaces the README's table.
         if set(results["limits"]) == {"sqlite", "postgres"}:
             write_readme(os.path.join(ROOT, "README.md"), results)
-    log(f"results: bench/results/{stamp}.json")
+    log(f"results: {os.path.relpath(_result_path(started, '.json'), ROOT)}")
+
+
+def _result_path(started: dt.datetime, suffix: str) -> str:
+    """A file of this run under bench/results/, named by its start time."""
+    out_dir = os.path.join(ROOT, "bench", "results")
+    os.makedirs(out_dir, exist_ok=True)
+    return os.path.join(out_dir, started.strftime("%Y%m%dT%H%M%SZ") + suffix)
 
 
 def _save_partial(results: dict, started: dt.datetime) -> None:
     """Keep what a long run has measured so far, so a run cut short still leaves its cells."""
-    out_dir = os.path.join(ROOT, "bench", "results")
-    os.makedirs(out_dir, exist_ok=True)
-    path = os.path.join(out_dir, started.strftime("%Y%m%dT%H%M%SZ") + ".partial.json")
+    path = _result_path(started, ".partial.json")
     with open(path + ".tmp", "w") as f:
         json.dump(results, f, indent=1)
     os.replace(path + ".tmp", path)
