@@ -138,7 +138,9 @@ def _drain(adapter, args, target: int, probe: Probe) -> dict:
     On PostgreSQL also the transactions per task (every transaction on the
     database while the worker ran, its start-up and the progress reads
     included) and the most sessions the worker held at once. On both, the
-    worker's CPU (user+sys, from spawn to the last task) per task.
+    worker's CPU (user+sys, from spawn to the last task) per task, and the
+    time from spawn to the first task done: start-up plus the first claim
+    and settle, which a user waits through on every deploy.
     """
     counters = ServerCounters() if BACKEND == "postgres" else None
     if counters is not None:
@@ -146,6 +148,8 @@ def _drain(adapter, args, target: int, probe: Probe) -> dict:
         time.sleep(1.1)  # this process's enqueue counts reach the statistics
         xacts_before = counters.xacts()
         peak_sessions = 0
+    # Epoch time, as the probe's completion times are.
+    spawned = time.time()
     worker = WorkerProcess(adapter.worker_cmd(args.setting), setting=args.setting)
     deadline = mono() + args.timeout
     polls = 0
@@ -165,7 +169,7 @@ def _drain(adapter, args, target: int, probe: Probe) -> dict:
     finally:
         worker.stop()
     result = {"rate": (count - 1) / (last - first), "done": count, "window": last - first,
-              "cpu_us_per_task": cpu / target * 1e6}
+              "cpu_us_per_task": cpu / target * 1e6, "first_done_s": first - spawned}
     if counters is not None:
         time.sleep(1.1)  # the probe's own counts, too, before they are subtracted
         result["xact_per_task"] = (counters.xacts() - xacts_before - polls) / target

@@ -26,6 +26,7 @@ ROWS = [
     ("w2", "xact_per_task", "W2 database transactions per task, defaults", False),
     ("w2", "cpu_us_per_task", "W2 worker CPU per task (µs, user+sys from spawn), defaults", False),
     ("w2t", "cpu_us_per_task", "W2 worker CPU per task (µs), best setting", False),
+    ("w2", "first_done_s", "W2 spawn → first task done (s), defaults", False),
     ("w2", "sessions_per_worker", "W2 sessions per worker process (most at once), defaults", False),
     ("w3", "p50", "W3 pickup p50 (ms)", False),
     ("w3", "p95", "W3 pickup p95 (ms)", False),
