@@ -31,6 +31,9 @@ def _django():
 # Peers that keep no durable row of a finished task: their handlers append
 # the time they finished to a file (benchapp/stamp.py), read by DoneFile.
 FILE_PROBED = {"celery", "pgqueuer", "huey", "django_q2"}
+# Peers whose queue is not in the cell's database (Celery's is Redis): the
+# database's transaction and session counts say nothing about them.
+OFF_DATABASE = {"celery"}
 
 
 class DoneFile:

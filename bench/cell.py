@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 
-from .adapters import BACKEND, DB, SYSTEM, Probe, get_adapter, setting_env
+from .adapters import BACKEND, DB, OFF_DATABASE, SYSTEM, Probe, get_adapter, setting_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOG_DIR = os.environ.get("BENCH_LOG_DIR", "/tmp")
@@ -135,14 +135,15 @@ class ServerCounters:
 def _drain(adapter, args, target: int, probe: Probe) -> dict:
     """Run the worker until `target` no-op tasks finished; rate from completion times.
 
-    On PostgreSQL also the transactions per task (every transaction on the
-    database while the worker ran, its start-up and the progress reads
-    included) and the most sessions the worker held at once. On both, the
+    On PostgreSQL (for the systems whose queue is in it) also the
+    transactions per task (every transaction on the database while the
+    worker ran, its start-up and the progress reads included) and the most
+    sessions the worker held at once. On both, the
     worker's CPU (user+sys, from spawn to the last task) per task, and the
     time from spawn to the first task done: start-up plus the first claim
     and settle, which a user waits through on every deploy.
     """
-    counters = ServerCounters() if BACKEND == "postgres" else None
+    counters = ServerCounters() if BACKEND == "postgres" and SYSTEM not in OFF_DATABASE else None
     if counters is not None:
         own_sessions = counters.sessions()  # this process's: the probe's, the enqueue's
         time.sleep(1.1)  # this process's enqueue counts reach the statistics
