@@ -13,17 +13,17 @@ from django.core.checks import Warning as CheckWarning
 from django.db import DEFAULT_DB_ALIAS
 from django.utils.module_loading import import_string
 
-from .conf import DEFAULTS, DURATION_KEYS, cairnq_settings, to_ms
+from .conf import DEFAULTS, DURATION_KEYS, cairnq_settings, tasks_setting_in_use, to_ms
 from .connection_options import connection_options_errors
 from .flow.limit_parsing import limit_from_setting
 from .retention import retention_config_errors
 from .schedules.config import SETTING, Schedule, read_schedule
 from .validators import is_integer
 
-# isort: split
 # Importing the Tasks framework registers its check, which runs each TASKS
-# backend's check() (CairnQBackend's among them).
-from . import compat as _compat  # noqa: F401,E402
+# backend's check() (CairnQBackend's among them); with no TASKS there is none to run.
+if tasks_setting_in_use():
+    from . import compat as _compat  # noqa: F401
 
 # RETURNING arrived in SQLite 3.35.0 (UPDATE ... FROM in 3.33.0); Django 5.2
 # itself accepts 3.31.

@@ -145,3 +145,14 @@ class CairnQSettings:
 
 
 cairnq_settings = CairnQSettings()
+
+
+def tasks_setting_in_use() -> bool:
+    """Does settings.TASKS configure any backend (so a CairnQ one may be among them)?
+
+    Without one nothing can build a task against a CairnQ backend, so the
+    worker and the checks leave the Tasks framework unimported: on Django 5.2
+    the django-tasks backport's import is a tenth of a worker's start-up.
+    """
+    return bool(getattr(django_settings, "TASKS", None))
+

@@ -15,7 +15,7 @@ from typing import Any, TypedDict, Unpack
 
 from django.utils.module_loading import import_string
 
-from ..conf import DEFAULTS, cairnq_settings
+from ..conf import DEFAULTS, cairnq_settings, tasks_setting_in_use
 from ..records import DEFAULT_LEASE_MS
 from ..validators import check_integer
 
@@ -138,6 +138,8 @@ def framework_backend_queues() -> list[str]:
     cairnq_django.backends cannot be imported on Django 5.2 without the
     django-tasks backport, and a worker for plain handlers needs neither.
     """
+    if not tasks_setting_in_use():
+        return []
     from .. import compat
 
     if not compat.AVAILABLE:

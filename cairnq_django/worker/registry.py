@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from django.utils.module_loading import autodiscover_modules
 
 from .. import declared
+from ..conf import tasks_setting_in_use
 from ..validators import check_int32
 
 if TYPE_CHECKING:
@@ -283,6 +284,8 @@ def autodiscover() -> None:
     backend lists in OPTIONS["MODULES"], are registered under their row names.
     """
     autodiscover_modules("tasks")
+    if not tasks_setting_in_use():
+        return
     from .. import compat
 
     if compat.AVAILABLE:
