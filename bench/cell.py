@@ -138,10 +138,10 @@ def _drain(adapter, args, target: int, probe: Probe) -> dict:
     On PostgreSQL (for the systems whose queue is in it) also the
     transactions per task (every transaction on the database while the
     worker ran, its start-up and the progress reads included) and the most
-    sessions the worker held at once. On both, the
-    worker's CPU (user+sys, from spawn to the last task) per task, and the
-    time from spawn to the first task done: start-up plus the first claim
-    and settle, which a user waits through on every deploy.
+    sessions the worker held at once. On both, the worker's CPU (user+sys,
+    from spawn to the last task) per task, and the time from spawn to the
+    first task done: start-up plus the first claim and settle, which a user
+    waits through on every deploy.
     """
     counters = ServerCounters() if BACKEND == "postgres" and SYSTEM not in OFF_DATABASE else None
     if counters is not None:

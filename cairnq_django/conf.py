@@ -155,4 +155,3 @@ def tasks_setting_in_use() -> bool:
     the django-tasks backport's import is a tenth of a worker's start-up.
     """
     return bool(getattr(django_settings, "TASKS", None))
-
