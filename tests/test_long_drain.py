@@ -78,6 +78,8 @@ def _sessions() -> int | None:
     return int(_scalar(
         "SELECT count(*) FROM pg_stat_activity"
         " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        # Not an autovacuum worker that happens to be on this database.
+        " AND backend_type = 'client backend'"
     ))
 
 
