@@ -289,6 +289,13 @@ def main() -> None:
             rates = [limits.sqlite_commits_per_s(limit_s, opts.workdir) for _ in range(reps)]
         results["limits"][backend] = summarize([{"rate": r} for r in rates])["rate"]
         log(f"   {results['limits'][backend]['median']:.0f} commits/s")
+        if "cairnq_django" in systems:
+            log(f"== {backend}: single-client limit for the protocol's task row")
+            dbs.template("cairnq_django", backend)
+            probe = dbs.fresh("cairnq_django", backend)
+            rates = [limits.protocol_row_per_s(backend, probe, limit_s) for _ in range(reps)]
+            results.setdefault("row_limits", {})[backend] = summarize([{"rate": r} for r in rates])["rate"]
+            log(f"   {results['row_limits'][backend]['median']:.0f} commits/s")
         for system in systems:
             if system in POSTGRES_ONLY and backend == "sqlite":
                 continue

@@ -56,3 +56,52 @@ def sqlite_commits_per_s(seconds: float, directory: str) -> float:
     rate = n / (time.monotonic() - start)
     conn.close()
     return rate
+
+
+# The protocol's task row as enqueue() writes it: its ten indexes, and on
+# PostgreSQL the NOTIFY trigger, are what W1 pays beyond the bare INSERT above.
+_ROW_COLUMNS = (
+    "id, name, queue, status, payload, metadata, max_attempts, priority, run_at_ms,"
+    " root_id, created_at_ms, updated_at_ms"
+)
+_PG_NOW_MS = "(extract(epoch from statement_timestamp()) * 1000)::bigint"
+_PG_ROW = (
+    f"INSERT INTO cairnq_tasks ({_ROW_COLUMNS}) VALUES (md5(random()::text), 'noop',"
+    f" 'default', 'queued', '{{}}'::jsonb, '{{}}'::jsonb, 3, 0, {_PG_NOW_MS}, 'limit',"
+    f" {_PG_NOW_MS}, {_PG_NOW_MS}) RETURNING created_at_ms;\n"
+)
+
+
+def protocol_row_per_s(backend: str, db: str, seconds: float) -> float:
+    """One client committing single protocol task rows into `db`, a migrated copy of ours."""
+    if backend == "postgres":
+        with tempfile.NamedTemporaryFile("w", suffix=".sql", delete=False) as script:
+            script.write(_PG_ROW)
+        try:
+            out = subprocess.run(
+                ["pgbench", *PG, "-n", "-c", "1", "-j", "1", "-T", str(int(seconds)),
+                 "-f", script.name, db],
+                check=True, capture_output=True, text=True,
+            ).stdout
+        finally:
+            os.unlink(script.name)
+        return float(re.search(r"tps = ([0-9.]+)", out).group(1))
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    insert = (
+        f"INSERT INTO cairnq_tasks ({_ROW_COLUMNS}) VALUES (?, 'noop', 'default', 'queued',"
+        " '{}', '{}', 3, 0, ?, 'limit', ?, ?) RETURNING created_at_ms"
+    )
+    n, deadline = 0, time.monotonic() + seconds
+    start = time.monotonic()
+    while time.monotonic() < deadline:
+        for _ in range(100):
+            now = int(time.time() * 1000)
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute(insert, (f"limit-{n}-{now}-{time.perf_counter_ns()}", now, now, now)).fetchall()
+            conn.execute("COMMIT")
+            n += 1
+    rate = n / (time.monotonic() - start)
+    conn.close()
+    return rate

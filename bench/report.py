@@ -78,6 +78,14 @@ def render(results: dict) -> str:
             f"Database limit (one client, single-row INSERT+COMMIT): "
             f"{_fmt(limit, 0)} commits/s"
         )
+        row_limit = results.get("row_limits", {}).get(backend)
+        if row_limit:
+            out.append("")
+            out.append(
+                f"The protocol's task row alone (its ten indexes"
+                f"{', the NOTIFY trigger' if backend == 'postgres' else ''}), same one client: "
+                f"{_fmt(row_limit, 0)} commits/s"
+            )
         out.append("")
         names = dict(NAMES, baseline=f"ours at {results.get('baseline')}")
         has_baseline = "baseline" in systems
