@@ -128,7 +128,11 @@ class ServerCounters:
         return int(row[0])
 
     def sessions(self) -> int:
-        row = self.conn.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s", [DB]).fetchone()
+        # Client sessions only: an autovacuum worker on the table is not the system's.
+        row = self.conn.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND backend_type = 'client backend'",
+            [DB],
+        ).fetchone()
         return int(row[0])
 
 

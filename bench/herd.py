@@ -70,7 +70,9 @@ class Counters:
 
     def sessions(self) -> int:
         row = self.conn.execute(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+            # Client sessions only: an autovacuum worker on the table is not the fleet's.
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()"
+            " AND backend_type = 'client backend'",
             [self.db],
         ).fetchone()
         return int(row[0])
