@@ -21,8 +21,16 @@ def postgres_commits_per_s(seconds: float, dbname: str) -> float:
          "CREATE TABLE limit_probe (id bigserial PRIMARY KEY, v text NOT NULL)"],
         check=True,
     )
+    try:
+        return _pgbench_tps("INSERT INTO limit_probe (v) VALUES ('x');\n", seconds, dbname)
+    finally:
+        subprocess.run(["dropdb", *PG, "--if-exists", dbname], check=True)
+
+
+def _pgbench_tps(statement: str, seconds: float, dbname: str) -> float:
+    """Transactions per second of one pgbench client running `statement` for `seconds`."""
     with tempfile.NamedTemporaryFile("w", suffix=".sql", delete=False) as script:
-        script.write("INSERT INTO limit_probe (v) VALUES ('x');\n")
+        script.write(statement)
     try:
         out = subprocess.run(
             ["pgbench", *PG, "-n", "-c", "1", "-j", "1", "-T", str(int(seconds)),
@@ -31,7 +39,6 @@ def postgres_commits_per_s(seconds: float, dbname: str) -> float:
         ).stdout
     finally:
         os.unlink(script.name)
-        subprocess.run(["dropdb", *PG, "--if-exists", dbname], check=True)
     return float(re.search(r"tps = ([0-9.]+)", out).group(1))
 
 
@@ -75,17 +82,7 @@ _PG_ROW = (
 def protocol_row_per_s(backend: str, db: str, seconds: float) -> float:
     """One client committing single protocol task rows into `db`, a migrated copy of ours."""
     if backend == "postgres":
-        with tempfile.NamedTemporaryFile("w", suffix=".sql", delete=False) as script:
-            script.write(_PG_ROW)
-        try:
-            out = subprocess.run(
-                ["pgbench", *PG, "-n", "-c", "1", "-j", "1", "-T", str(int(seconds)),
-                 "-f", script.name, db],
-                check=True, capture_output=True, text=True,
-            ).stdout
-        finally:
-            os.unlink(script.name)
-        return float(re.search(r"tps = ([0-9.]+)", out).group(1))
+        return _pgbench_tps(_PG_ROW, seconds, db)
     conn = sqlite3.connect(db, isolation_level=None)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")
