@@ -62,35 +62,6 @@ def with_connection_options(alias: str, options: dict[str, Any]) -> dict[str, An
     return {**connection_options(), **options}
 
 
-class WorkerConnectionOptions:
-    """Give the worker's PostgreSQL aliases CairnQ's TCP options while it runs; restore on exit.
-
-    Set in the alias's settings before the worker's threads connect, so every
-    connection they open (and reopen after an outage) carries them.
-    """
-
-    def __init__(self) -> None:
-        self._saved: dict[str, object] = {}
-
-    def apply(self) -> None:
-        for alias in connections.settings:
-            if not is_postgres(alias):
-                continue
-            config = connections.settings[alias]
-            options = config.get("OPTIONS") or {}
-            self._saved[alias] = config.get("OPTIONS")
-            config["OPTIONS"] = with_connection_options(alias, options)
-
-    def restore(self) -> None:
-        for alias, options in self._saved.items():
-            config = connections.settings[alias]
-            if options is None:
-                config.pop("OPTIONS", None)
-            else:
-                config["OPTIONS"] = options
-        self._saved.clear()
-
-
 # libpq's keepalive and tcp_user_timeout parameters, as socket options.
 _KEEPALIVE_OPTIONS = (
     ("keepalives_idle", "TCP_KEEPIDLE"),

@@ -183,7 +183,7 @@ def test_the_commands_sweep_runs_retention_beside_the_worker(live_store, setting
     )
     reg = Registry()
     reg.register("ip.ok", lambda ctx, payload: 1)
-    worker = WorkerBesideSweeper(Worker(registry=reg, poll_ms=50))
+    worker = WorkerBesideSweeper(registry=reg, poll_ms=50)
     thread = threading.Thread(target=worker.run)
     thread.start()
     try:

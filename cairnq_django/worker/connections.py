@@ -17,11 +17,15 @@ dropped in seconds, not when TCP gives up.
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import connections
 
 from ..conf import cairnq_settings
-from ..connection_options import WorkerConnectionOptions
+from ..connection_options import is_postgres, with_connection_options
 from ..pooling import is_pooled
+
+_ABSENT = object()  # a key the alias's settings did not have
 
 
 def statement_timeout_ms(lease_ms: int) -> int | None:
@@ -37,14 +41,26 @@ def statement_timeout_ms(lease_ms: int) -> int | None:
 
 
 class WorkerConnectionPolicy:
-    """Raise CONN_MAX_AGE=0 aliases to the worker's lifetime; restore on exit."""
+    """Raise CONN_MAX_AGE=0 aliases to the worker's lifetime and give PostgreSQL aliases
+    CairnQ's TCP options while it runs; restore on exit.
+
+    Set in the alias's settings before the worker's threads connect, so every
+    connection they open (and reopen after an outage) carries them.
+    """
 
     def __init__(self) -> None:
-        self._saved: dict[str, tuple[object, object]] = {}
-        self._options = WorkerConnectionOptions()
+        # (an alias's settings, a key, its value before): restored in reverse order.
+        self._saved: list[tuple[dict[str, Any], str, object]] = []
+
+    def _set(self, config: dict[str, Any], key: str, value: object) -> None:
+        self._saved.append((config, key, config.get(key, _ABSENT)))
+        config[key] = value
 
     def apply(self) -> None:
-        self._options.apply()
+        for alias in connections.settings:
+            if is_postgres(alias):
+                config = connections.settings[alias]
+                self._set(config, "OPTIONS", with_connection_options(alias, config.get("OPTIONS") or {}))
         lifetime_ms = cairnq_settings.WORKER_CONN_MAX_AGE
         if lifetime_ms is None:
             return
@@ -54,14 +70,13 @@ class WorkerConnectionPolicy:
                 continue  # the project chose a lifetime; keep it
             if is_pooled(alias):
                 continue  # the pool keeps the sessions; Django refuses CONN_MAX_AGE with it
-            self._saved[alias] = (config.get("CONN_MAX_AGE"), config.get("CONN_HEALTH_CHECKS"))
-            config["CONN_MAX_AGE"] = lifetime_ms / 1000
-            config["CONN_HEALTH_CHECKS"] = True
+            self._set(config, "CONN_MAX_AGE", lifetime_ms / 1000)
+            self._set(config, "CONN_HEALTH_CHECKS", True)
 
     def restore(self) -> None:
-        for alias, (max_age, health) in self._saved.items():
-            config = connections.settings[alias]
-            config["CONN_MAX_AGE"] = max_age
-            config["CONN_HEALTH_CHECKS"] = health
-        self._saved.clear()
-        self._options.restore()
+        while self._saved:
+            config, key, old = self._saved.pop()
+            if old is _ABSENT:
+                config.pop(key, None)
+            else:
+                config[key] = old

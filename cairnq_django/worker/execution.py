@@ -322,12 +322,9 @@ class Execution:
             )
             self.send(signals.task_lease_lost, task=ctx.record, duration=duration)
             return
-        error = row.error if row.status != "succeeded" else None
+        error = row.error
         why = describe_error(error)
-        if row.status == "succeeded":
-            logger.info("%s succeeded in %.3fs.", where, duration)
-            self.send(signals.task_succeeded, task=row, duration=duration)
-        elif row.status == "canceled":
+        if row.status == "canceled":
             logger.info("%s canceled in %.3fs.", where, duration)
             self.send(signals.task_canceled, task=row, duration=duration)
         elif row.status == "queued" and settlement.snoozed_ms is not None:

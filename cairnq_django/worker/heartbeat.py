@@ -82,7 +82,6 @@ class Heartbeat(threading.Thread):
         self.committing = committing
         # Tasks in flight at any moment after a monotonic time, finished or not.
         self.in_flight_since = in_flight_since
-        self.late_beats = 0
         self._stop_event = threading.Event()
 
     def stop(self) -> None:
@@ -170,7 +169,6 @@ class Heartbeat(threading.Thread):
     def _report_late(
         self, late_s: float, in_renewal_s: float, renewal_s: float, at_risk: list[TaskContext]
     ) -> None:
-        self.late_beats += 1
         tasks = len(at_risk)
         started_late_s = late_s - in_renewal_s
         cause = "database" if in_renewal_s >= started_late_s else "cpu"

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from contextlib import suppress
 from dataclasses import dataclass
 
+from ..drained import drained_key
 from ..pooling import release
 from ..store.leases import LeaseOperations
 from ..wakeup import Wakeup, get_wakeup
@@ -60,7 +61,6 @@ class IdlePolicy:
         store: LeaseOperations,
         queues: Sequence[str],
         names: Sequence[str],
-        drained_key: str,
         poll_ms: int,
         burst: bool,
         in_flight: InFlight,
@@ -73,7 +73,8 @@ class IdlePolicy:
         self._using = store.using
         self._queues = queues
         self._names = names
-        self._drained_key = drained_key
+        # Whom this worker's "drained" announcements concern (drained.py).
+        self.drained_key = drained_key(queues, names)
         self._poll_ms = poll_ms
         self._burst = burst
         self._in_flight = in_flight
@@ -285,7 +286,7 @@ class IdlePolicy:
                     # Only an announcement heard after the wake counts: notifications
                     # arrive in commit order, so one heard before it is from a claim
                     # that committed before this task did.
-                    if self._stand_down(self.wakeup.drained_seen(self._drained_key)):
+                    if self._stand_down(self.wakeup.drained_seen(self.drained_key)):
                         continue
                     self.work_likely = True
                     self.woken = True
@@ -311,21 +312,21 @@ class IdlePolicy:
             return False
         # Alone on these queues and names, a lost race was to this worker's own
         # earlier claim (two enqueues, one claim): nobody would announce.
-        if not self.wakeup.peers_announced(self._drained_key, self._worker_id):
+        if not self.wakeup.peers_announced(self.drained_key, self._worker_id):
             return False
-        return self.wakeup.wait_for_drained(self._drained_key, drained_before, deferral)
+        return self.wakeup.wait_for_drained(self.drained_key, drained_before, deferral)
 
     def seek_seat(self, seeking: bool) -> None:
         """Tell the wakeup whether this worker wants to hear new tasks (wakeup/seats.py)."""
         if seeking != self._seeking_seat:
             self._seeking_seat = seeking
             wakeup = self.wakeup
-            (wakeup.seek_seat if seeking else wakeup.leave_seat)(self._drained_key)
+            (wakeup.seek_seat if seeking else wakeup.leave_seat)(self.drained_key)
 
     def _next_due(self) -> float | None:
         """When this idle worker should claim for delayed work falling due (monotonic), if ever."""
         self.due.requeued(self._in_flight.take_requeued_due())
-        return self.due.next(answers=self.wakeup.answers_queued(self._drained_key))
+        return self.due.next(answers=self.wakeup.answers_queued(self.drained_key))
 
     def _woke_for_due(self, now: float) -> None:
         """The next claim answers a due time: it skips the probe, and learns the next one after."""

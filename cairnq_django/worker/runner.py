@@ -27,7 +27,7 @@ from django.db import connections
 
 from .. import signals
 from ..conf import cairnq_settings
-from ..drained import announcement, drained_key
+from ..drained import announcement
 from ..errors import HeartbeatLate, ProtocolVersionMismatch
 from ..ids import ulid
 from ..records import Limit, TaskRecord
@@ -110,7 +110,6 @@ class Worker:
         self._rotation = Rotation(build_sources(self.handlers))
         # Fleet-wide flow limits (flow/limits.py), re-read about once a second.
         self._limits = LimitsCache(self.using)
-        self._drained_key = drained_key(self.queues, self.handlers)
 
         self._in_flight = InFlight()
         self._changed = self._in_flight.changed
@@ -142,7 +141,7 @@ class Worker:
         # When to look again and how to wait until then (idle.py).
         self._idle = IdlePolicy(
             worker_id=self.worker_id, store=self.store, queues=self.queues,
-            names=sorted(self.handlers), drained_key=self._drained_key,
+            names=sorted(self.handlers),
             poll_ms=options.poll_ms, burst=options.burst,
             in_flight=self._in_flight, stopping=lambda: self._stopping,
             refresh_presence=self._refresh_presence, report=self.report,
@@ -383,7 +382,8 @@ class Worker:
             (list(d.source.names), d.limit) for d in draws
         ]
         announced = (
-            (announcement(self._drained_key, self.worker_id), sorted(self.handlers)) if announce else None
+            (announcement(self._idle.drained_key, self.worker_id), sorted(self.handlers))
+            if announce else None
         )
         if not limits:
             return self.store.claim(

@@ -17,11 +17,11 @@ from ...conf import cairnq_settings
 from ...errors import ProtocolVersionMismatch, TablesMissing
 from ...observability import DEFAULT_METRICS_ADDR
 from ...validators import cli_database, cli_integer
+from ...worker import Worker, WorkerOptions
 from ..worker_checks import run_worker_checks
 
 if TYPE_CHECKING:
     from ...retention import RetentionSweeper
-    from ...worker import Worker
 
 
 # Errors that end the worker: the database is not one it can serve until
@@ -165,15 +165,13 @@ class Command(BaseCommand):
             # One line, not a traceback: it says what to do.
             raise CommandError(str(exc)) from exc
 
-    def _build_worker(self, options: dict[str, Any]) -> Worker | WorkerBesideSweeper:
+    def _build_worker(self, options: dict[str, Any]) -> Worker:
         """The worker the options describe, beside a sweeper with --sweep; metrics if asked."""
-        from ...worker import Worker, WorkerOptions
-
         names = None
         if options["names"]:
             names = [n.strip() for n in options["names"].split(",") if n.strip()]
         try:
-            worker = Worker(
+            worker = (WorkerBesideSweeper if options["sweep"] else Worker)(
                 WorkerOptions.from_settings(
                     queues=options["queues"],
                     names=names,
@@ -195,8 +193,6 @@ class Command(BaseCommand):
             except ImproperlyConfigured as exc:
                 raise CommandError(str(exc)) from exc
             serve_worker_metrics(options["metrics_port"], options["metrics_addr"])
-        if options["sweep"]:
-            return WorkerBesideSweeper(worker)
         return worker
 
     def _configure_logging(self, verbosity: int) -> None:
@@ -228,39 +224,22 @@ def _handlers_of(logger: logging.Logger) -> list[logging.Handler]:
     return found
 
 
-class WorkerBesideSweeper:
+class WorkerBesideSweeper(Worker):
     """A worker with the retention sweeper (CAIRNQ['RETENTION']) on a thread beside it.
 
     It runs, stops and takes signals as the worker does (the reloader drives it
     the same way); the sweeper starts with run() and stops when the worker has.
     """
 
-    def __init__(self, worker: Worker) -> None:
-        self.worker = worker
-        self.sweeper: RetentionSweeper | None = None
-        self._thread: threading.Thread | None = None
-
-    @property
-    def shutdown_timeout_ms(self) -> int:
-        return self.worker.shutdown_timeout_ms
-
-    def install_signal_handlers(self) -> None:
-        self.worker.install_signal_handlers()
-
-    def handle_signal(self, signum: int, frame: Any) -> None:
-        # reloading.py forwards the child's signals through this.
-        self.worker.handle_signal(signum, frame)
-
-    def stop(self) -> None:
-        self.worker.stop()
+    sweeper: RetentionSweeper | None = None
 
     def run(self, *, after_first_poll: Callable[[], None] | None = None) -> None:
         from ...tables import check_tables
 
-        check_tables(self.worker.using)  # before the sweeper, which would report it too
+        check_tables(self.using)  # before the sweeper, which would report it too
         self._start_sweeper()
         try:
-            self.worker.run(after_first_poll=after_first_poll)
+            super().run(after_first_poll=after_first_poll)
         finally:
             self._stop_sweeper()
 
@@ -268,9 +247,9 @@ class WorkerBesideSweeper:
         from ...retention import RetentionSweeper
 
         try:
-            self.sweeper = RetentionSweeper.from_settings(self.worker.using)
+            self.sweeper = RetentionSweeper.from_settings(self.using)
         except Exception as exc:
-            self.worker.report(exc, phase="sweep")
+            self.report(exc, phase="sweep")
             return
         sweeper = self.sweeper
 
@@ -278,12 +257,11 @@ class WorkerBesideSweeper:
             try:
                 sweeper.run()
             except Exception as exc:
-                self.worker.report(exc, phase="sweep")
+                self.report(exc, phase="sweep")
             finally:
                 connections.close_all()
 
-        self._thread = threading.Thread(target=sweep, name="cairnq-sweeper", daemon=True)
-        self._thread.start()
+        threading.Thread(target=sweep, name="cairnq-sweeper", daemon=True).start()
 
     def _stop_sweeper(self) -> None:
         if self.sweeper is None:
@@ -291,4 +269,4 @@ class WorkerBesideSweeper:
         try:
             self.sweeper.stop(timeout=5)
         except Exception as exc:
-            self.worker.report(exc, phase="sweep")
+            self.report(exc, phase="sweep")
