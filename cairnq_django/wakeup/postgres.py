@@ -391,7 +391,9 @@ class PostgresWakeup(Waits):
             self._wake_all()
 
     # ----------------------------------------------------------------- waits
-    def wait_for_queued(self, queues: Sequence[str], timeout_s: float) -> bool:
+    def wait_for_queued(
+        self, queues: Sequence[str], timeout_s: float, due_before: float | None = None
+    ) -> bool:
         self._start()
         queues = list(queues)
         with self._cond:

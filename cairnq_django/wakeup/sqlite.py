@@ -349,13 +349,10 @@ class SQLiteWakeup(Waits):
             self._local.changes = self._changes
         return woken
 
-    def wake_for_due_before(self, when: float | None) -> None:
-        with self._cond:
-            self._local.due_before = when
-
-    def wait_for_queued(self, queues: Sequence[str], timeout_s: float) -> bool:
+    def wait_for_queued(
+        self, queues: Sequence[str], timeout_s: float, due_before: float | None = None
+    ) -> bool:
         queues = list(queues)
-        due_before = getattr(self._local, "due_before", None)
         return self._wait_for_change(
             lambda: not queues or self._has_queued(queues, due_before), timeout_s
         )
