@@ -19,7 +19,7 @@ import logging
 import threading
 import time
 from contextlib import suppress
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from django.db import InterfaceError, OperationalError, connections
 
@@ -132,12 +132,13 @@ class _Poll:
     def __init__(
         self,
         store: ApplicationOperations,
-        task_id: str | None,
-        key: str | None,
-        timeout: float | None,
-        poll_initial_ms: int | None,
-        poll_max_ms: int | None,
-        raise_on_failure: bool,
+        *,
+        task_id: str | None = None,
+        key: str | None = None,
+        timeout: float | None = None,
+        poll_initial_ms: int | None = None,
+        poll_max_ms: int | None = None,
+        raise_on_failure: bool = True,
     ) -> None:
         refuse_inside_transaction(store.using)
         self.store, self.task_id, self.key = store, task_id, key
@@ -163,18 +164,12 @@ class _Poll:
         self._tuned: object = None  # the raw connection given TCP options last
 
     def probe(self) -> TaskRecord | None:
-        """check(), giving the connection back to its pool if the wait goes on to sleep."""
-        task = self.check()
-        if task is None:
-            # Many waits in one process must not each hold a pool slot while asleep.
-            release(self.store.using)
-        return task
-
-    def check(self) -> TaskRecord | None:
         """Probe once: the final row, None to keep waiting, or raise.
 
         A probe that lost the database connection counts as "keep waiting"
-        until the deadline, then raises TaskTimeout saying so.
+        until the deadline, then raises TaskTimeout saying so. On "keep
+        waiting" the connection goes back to its pool before the wait sleeps:
+        many waits in one process must not each hold a pool slot while asleep.
         """
         try:
             task = self._check()
@@ -182,7 +177,9 @@ class _Poll:
             if not _drop_if_broken(self.store.using):
                 raise
             self._lost(exc)
-            return None
+            task = None
+        if task is None:
+            release(self.store.using)
         return task
 
     def _answered(self) -> None:
@@ -283,35 +280,22 @@ class _Poll:
         return sleep_for
 
 
-def wait(
-    store: ApplicationOperations,
-    *,
-    task_id: str | None = None,
-    key: str | None = None,
-    timeout: float | None = None,
-    poll_initial_ms: int | None = None,
-    poll_max_ms: int | None = None,
-    raise_on_failure: bool = True,
-) -> TaskRecord:
-    """Block until the task reaches a terminal status and return its final row."""
-    poll = _Poll(store, task_id, key, timeout, poll_initial_ms, poll_max_ms, raise_on_failure)
+def wait(store: ApplicationOperations, **options: Any) -> TaskRecord:
+    """Block until the task reaches a terminal status and return its final row.
+
+    `options` are _Poll's: task_id or key (exactly one), timeout (seconds),
+    poll_initial_ms, poll_max_ms, raise_on_failure.
+    """
+    poll = _Poll(store, **options)
     while (task := poll.probe()) is None:
         # Woken early when the task (or, before its id is known, any task) finishes.
         get_wakeup(store.using).wait_for_done(poll.probed_id, poll.next_sleep())
     return task
 
 
-async def await_(
-    store: ApplicationOperations,
-    *,
-    task_id: str | None = None,
-    key: str | None = None,
-    timeout: float | None = None,
-    poll_initial_ms: int | None = None,
-    poll_max_ms: int | None = None,
-    raise_on_failure: bool = True,
-) -> TaskRecord:
-    """The async twin of wait(): probes on Django's thread, sleeps on the event loop.
+async def await_(store: ApplicationOperations, **options: Any) -> TaskRecord:
+    """The async twin of wait() (the same options): probes on Django's thread, sleeps on the
+    event loop.
 
     Sleeping with asyncio rather than in a worker thread keeps a long wait from
     occupying a thread, and keeps every query on the thread-sensitive executor
@@ -320,15 +304,15 @@ async def await_(
     """
     from asgiref.sync import sync_to_async
 
-    poll = await sync_to_async(_Poll)(
-        store, task_id, key, timeout, poll_initial_ms, poll_max_ms, raise_on_failure
-    )
+    poll = await sync_to_async(_Poll)(store, **options)
 
     def probe() -> TaskRecord | None:
         try:
             return poll.probe()
         finally:
-            # That thread serves every sync_to_async call: it keeps no pool slot after.
+            # That thread serves every sync_to_async call: it keeps no pool slot
+            # after, even after the last probe (poll.probe() gives the
+            # connection back only when the wait goes on to sleep).
             release(store.using)
 
     on_thread = sync_to_async(probe)

@@ -6,12 +6,15 @@ import json
 import re
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
+from django.db import connection
 
-from cairnq_django import SerializationError, enqueue, enqueue_many, get
+from cairnq_django import SerializationError, Snooze, enqueue, enqueue_many, get
 from cairnq_django.worker import Registry, Worker
-from tests.workerutil import ROOT
+from tests.workerutil import ROOT, wait_for
 
 pytest.importorskip("opentelemetry.sdk")
 from opentelemetry.sdk.trace import TracerProvider  # noqa: E402
@@ -153,3 +156,64 @@ def test_attempts_never_ended_are_bounded(spans, monkeypatch):
     [ended] = exporter.get_finished_spans()
     assert ended.attributes["cairnq.task.id"] == "task_0"
     assert ended.attributes["cairnq.task.outcome"] == "abandoned"
+
+
+def test_a_snoozed_or_canceled_attempt_ends_its_span_with_that_outcome(live_store, spans):
+    _, exporter = spans
+    reg = Registry()
+
+    def snoozes(ctx, payload):
+        raise Snooze(3600)  # far off, so the burst worker stops before the next attempt
+
+    def cancels_itself(ctx, payload):
+        live_store.cancel(ctx.task_id)
+        return "ignored"
+
+    reg.register("obs.snooze", snoozes)
+    reg.register("obs.cancel", cancels_itself)
+    snoozed = enqueue("obs.snooze", {})
+    canceled = enqueue("obs.cancel", {})
+    Worker(registry=reg, burst=True, concurrency=1).run()
+    assert get(snoozed.id).status == "queued" and get(canceled.id).status == "canceled"
+
+    # The snoozed row gives its attempt back, but the span of attempt 1 is the one ended.
+    [snooze] = named(exporter, "cairnq run obs.snooze")
+    assert snooze.attributes["cairnq.task.attempt"] == 1
+    assert snooze.attributes["cairnq.task.outcome"] == "snoozed"
+    assert snooze.status.status_code is StatusCode.UNSET
+    [cancel] = named(exporter, "cairnq run obs.cancel")
+    assert cancel.attributes["cairnq.task.outcome"] == "canceled"
+    assert cancel.status.status_code is StatusCode.UNSET
+
+
+def test_a_lost_lease_ends_its_span_as_an_error(live_store, spans):
+    _, exporter = spans
+    reg = Registry()
+
+    def held_until_stolen(ctx, payload):
+        while True:  # reading only, until the test hands the task to another worker
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT worker_id FROM cairnq_tasks WHERE id = %s", [ctx.task_id])
+                if cursor.fetchone()[0] != ctx.worker_id:
+                    return "too late"
+            time.sleep(0.02)
+
+    reg.register("obs.stolen", held_until_stolen)
+    worker = Worker(registry=reg, poll_ms=50)
+    thread = threading.Thread(target=worker.run)
+    thread.start()
+    try:
+        task = enqueue("obs.stolen", {})
+        wait_for(lambda: get(task.id).status == "running", timeout=30)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "UPDATE cairnq_tasks SET worker_id = 'worker_OTHER' WHERE id = %s", [task.id]
+            )
+        wait_for(lambda: named(exporter, "cairnq run obs.stolen"), timeout=30)
+    finally:
+        worker.stop()
+        thread.join(30)
+    [run] = named(exporter, "cairnq run obs.stolen")
+    assert run.attributes["cairnq.task.outcome"] == "lease_lost"
+    assert run.status.status_code is StatusCode.ERROR
+    assert run.status.description == "The lease was lost."

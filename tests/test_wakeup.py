@@ -21,6 +21,7 @@ from django.db import connection, connections
 from django.test import override_settings
 
 from cairnq_django import TaskTimeout, client, wakeup
+from cairnq_django.records import DONE_CHANNEL
 from cairnq_django.wakeup import (
     FileWatch,
     PostgresWakeup,
@@ -321,7 +322,7 @@ def test_a_worker_hears_finishes_only_once_something_waits_for_one(live_store, c
         # The first wait turns hearing on, and starting to hear wakes it (a
         # finish may have slipped past before the LISTEN): its caller looks again.
         first_wait = start_waiting(w, 1, w.wait_for_done, second.id, LONG)
-        until(lambda: w._hearing_done, "the listener to hear finishes")
+        until(lambda: DONE_CHANNEL in w._channels, "the listener to hear finishes")
         assert first_wait.outcome() is True
         assert second.id not in w._recent_done
         waiter = start_waiting(w, 1, w.wait_for_done, second.id, LONG)

@@ -21,10 +21,11 @@ the workers' series with `sum by (name, status)`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
+from django.dispatch import Signal
 
 try:
     from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram, start_http_server
@@ -161,47 +162,37 @@ DURATION = Histogram(
 WORKER_METRICS = (STARTED, FINISHED, RETRIES, SNOOZES, LEASE_LOSSES, LATE_HEARTBEATS, DURATION)
 
 
-def _labels(task: Any) -> tuple[str, str]:
-    return task.queue, task.name
+# The counter each signal that ends an attempt adds one to; FINISHED also by final status.
+_COUNTERS = {
+    signals.task_succeeded: FINISHED,
+    signals.task_failed: FINISHED,
+    signals.task_canceled: FINISHED,
+    signals.task_retrying: RETRIES,
+    signals.task_snoozed: SNOOZES,
+    signals.task_lease_lost: LEASE_LOSSES,
+}
 
 
 def on_started(sender: type, task: TaskRecord, **kwargs: Any) -> None:
-    STARTED.labels(*_labels(task)).inc()
+    STARTED.labels(task.queue, task.name).inc()
 
 
-def on_finished(sender: type, task: TaskRecord, duration: float, **kwargs: Any) -> None:
-    DURATION.labels(*_labels(task)).observe(duration)
-    if task.status in TERMINAL_STATUSES:
-        FINISHED.labels(*_labels(task), task.status).inc()
-
-
-def on_retrying(sender: type, task: TaskRecord, duration: float, **kwargs: Any) -> None:
-    DURATION.labels(*_labels(task)).observe(duration)
-    RETRIES.labels(*_labels(task)).inc()
-
-
-def on_snoozed(sender: type, task: TaskRecord, duration: float, **kwargs: Any) -> None:
-    DURATION.labels(*_labels(task)).observe(duration)
-    SNOOZES.labels(*_labels(task)).inc()
-
-
-def on_lease_lost(sender: type, task: TaskRecord, duration: float, **kwargs: Any) -> None:
-    DURATION.labels(*_labels(task)).observe(duration)
-    LEASE_LOSSES.labels(*_labels(task)).inc()
+def on_ended(sender: type, signal: Signal, task: TaskRecord, duration: float, **kwargs: Any) -> None:
+    DURATION.labels(task.queue, task.name).observe(duration)
+    counter = _COUNTERS[signal]
+    if counter is not FINISHED:
+        counter.labels(task.queue, task.name).inc()
+    elif task.status in TERMINAL_STATUSES:
+        FINISHED.labels(task.queue, task.name, task.status).inc()
 
 
 def on_heartbeat_late(sender: type, **kwargs: Any) -> None:
     LATE_HEARTBEATS.inc()
 
 
-_RECEIVERS = (
+_RECEIVERS: tuple[tuple[Signal, Callable[..., None]], ...] = (
     (signals.task_started, on_started),
-    (signals.task_succeeded, on_finished),
-    (signals.task_failed, on_finished),
-    (signals.task_canceled, on_finished),
-    (signals.task_retrying, on_retrying),
-    (signals.task_snoozed, on_snoozed),
-    (signals.task_lease_lost, on_lease_lost),
+    *((signal, on_ended) for signal in _COUNTERS),
     (signals.heartbeat_late, on_heartbeat_late),
 )
 

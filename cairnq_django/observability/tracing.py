@@ -16,9 +16,11 @@ records nothing and injects nothing.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from django.core.exceptions import ImproperlyConfigured
+from django.dispatch import Signal
 
 try:
     from opentelemetry import context as otel_context
@@ -169,9 +171,24 @@ def _keep(spans: dict, key: Any, span: Any) -> None:
         evicted.end()
 
 
-def _end_attempt(task: Any, outcome: str, error: Any = None, attempt: int | None = None) -> None:
+# The outcome each signal that ends an attempt writes on the attempt's span.
+_OUTCOMES = {
+    signals.task_succeeded: "succeeded",
+    signals.task_failed: "failed",
+    signals.task_retrying: "retrying",
+    signals.task_snoozed: "snoozed",
+    signals.task_canceled: "canceled",
+    signals.task_lease_lost: "lease_lost",
+}
+
+
+def on_ended(sender: type, signal: Signal, task: TaskRecord, error: Any = None, **kwargs: Any) -> None:
+    outcome = _OUTCOMES[signal]
+    # The snooze gave the claimed attempt back, so the row reads one less
+    # than the attempt whose span is open.
+    attempt = task.attempt + 1 if outcome == "snoozed" else task.attempt
     with _lock:
-        span = _attempt_spans.pop((task.id, task.attempt if attempt is None else attempt), None)
+        span = _attempt_spans.pop((task.id, attempt), None)
     if span is None:
         return
     span.set_attribute("cairnq.task.outcome", outcome)
@@ -183,42 +200,11 @@ def _end_attempt(task: Any, outcome: str, error: Any = None, attempt: int | None
     span.end()
 
 
-def on_succeeded(sender: type, task: TaskRecord, **kwargs: Any) -> None:
-    _end_attempt(task, "succeeded")
-
-
-def on_failed(sender: type, task: TaskRecord, error: Any = None, **kwargs: Any) -> None:
-    _end_attempt(task, "failed", error)
-
-
-def on_retrying(sender: type, task: TaskRecord, error: Any = None, **kwargs: Any) -> None:
-    _end_attempt(task, "retrying", error)
-
-
-def on_snoozed(sender: type, task: TaskRecord, **kwargs: Any) -> None:
-    # The snooze gave the claimed attempt back, so the row reads one less
-    # than the attempt whose span is open.
-    _end_attempt(task, "snoozed", attempt=task.attempt + 1)
-
-
-def on_canceled(sender: type, task: TaskRecord, **kwargs: Any) -> None:
-    _end_attempt(task, "canceled")
-
-
-def on_lease_lost(sender: type, task: TaskRecord, **kwargs: Any) -> None:
-    _end_attempt(task, "lease_lost")
-
-
-_RECEIVERS = (
+_RECEIVERS: tuple[tuple[Signal, Callable[..., None]], ...] = (
     (signals.task_enqueuing, on_enqueuing),
     (signals.task_enqueued, on_enqueued),
     (signals.task_started, on_started),
-    (signals.task_succeeded, on_succeeded),
-    (signals.task_failed, on_failed),
-    (signals.task_retrying, on_retrying),
-    (signals.task_snoozed, on_snoozed),
-    (signals.task_canceled, on_canceled),
-    (signals.task_lease_lost, on_lease_lost),
+    *((signal, on_ended) for signal in _OUTCOMES),
 )
 
 

@@ -1,8 +1,9 @@
 """settings.CAIRNQ['RETENTION']: every problem in it, with a hint, or the rules it means.
 
-The system check reports retention_config_errors(); the sweeper and the
-cairnq_sweep command read the setting through parse_retention(), so what
-`manage.py check` accepts is what a sweep deletes.
+read_retention() reads it once, into the rules and the problems. The system
+check reports retention_config_errors() (the problems); the sweeper and the
+cairnq_sweep command read the setting through parse_retention() (the rules, or
+ValueError), so what `manage.py check` accepts is what a sweep deletes.
 """
 
 from __future__ import annotations
@@ -12,7 +13,6 @@ from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 
-from ..conf import to_ms
 from ..records import STATUSES, TERMINAL_STATUSES
 from .rules import RetentionRule
 
@@ -43,13 +43,14 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
-def _cutoff_errors(value: Any, where: str) -> list[tuple[str, str]]:
+def _read_cutoff(value: Any, where: str) -> tuple[int, list[tuple[str, str]]]:
+    """A cutoff in milliseconds (0 when it is refused), and its errors."""
     if isinstance(value, timedelta):
         ms = value.total_seconds() * 1000
     elif _is_number(value):
         ms = value
     elif isinstance(value, str):
-        return [
+        return 0, [
             (
                 f"{where} is the string {value!r}; a cutoff must be a timedelta or a number "
                 "of milliseconds.",
@@ -57,7 +58,7 @@ def _cutoff_errors(value: Any, where: str) -> list[tuple[str, str]]:
             )
         ]
     else:
-        return [
+        return 0, [
             (
                 f"{where} must be a timedelta or a number of milliseconds, not "
                 f"{type(value).__name__} {value!r}.",
@@ -65,11 +66,11 @@ def _cutoff_errors(value: Any, where: str) -> list[tuple[str, str]]:
             )
         ]
     if not math.isfinite(ms):
-        return [(f"{where} is {value!r}, which is not a finite duration.", _CUTOFF_HINT)]
+        return 0, [(f"{where} is {value!r}, which is not a finite duration.", _CUTOFF_HINT)]
     if ms < 0:
         message = f"{where} is negative ({value!r}); a cutoff cannot be in the future."
-        return [(message, _CUTOFF_HINT)]
-    return []
+        return 0, [(message, _CUTOFF_HINT)]
+    return int(ms), []
 
 
 def _status_errors(status: Any, subject: str) -> list[tuple[str, str]]:
@@ -94,37 +95,47 @@ def _text_errors(value: Any, where: str, field: str) -> list[tuple[str, str]]:
     ]
 
 
-def _rule_errors(rule: Any, where: str) -> list[tuple[str, str]]:
+def _read_rule(rule: Any, where: str) -> tuple[RetentionRule, list[tuple[str, str]]]:
     if isinstance(rule, RetentionRule):
         rule = {
             "queue": rule.queue, "status": rule.status, "name": rule.name,
             "older_than": rule.older_than_ms,
         }
     if not isinstance(rule, Mapping):
-        return [(f"{where} must be a dict, not {type(rule).__name__} {rule!r}.", _RULE_HINT)]
+        message = f"{where} must be a dict, not {type(rule).__name__} {rule!r}."
+        return RetentionRule(older_than_ms=0), [(message, _RULE_HINT)]
     errors = []
     for key in sorted(set(rule) - set(RULE_KEYS), key=str):
         errors.append((f"{where} has an unknown key {key!r}.", _RULE_HINT))
+    ms = 0
     if "older_than" not in rule:
         errors.append((f"{where} has no 'older_than'.", _RULE_HINT))
     else:
-        errors += _cutoff_errors(rule["older_than"], f"{where}['older_than']")
+        ms, cutoff_errors = _read_cutoff(rule["older_than"], f"{where}['older_than']")
+        errors += cutoff_errors
     if rule.get("status") is not None:
         errors += _status_errors(rule["status"], f"{where}['status'] is")
     errors += _text_errors(rule.get("queue"), where, "queue")
     errors += _text_errors(rule.get("name"), where, "name")
-    return errors
+    return RetentionRule(
+        older_than_ms=ms, queue=rule.get("queue"), status=rule.get("status"),
+        name=rule.get("name"),
+    ), errors
 
 
-def retention_config_errors(value: Any, *, label: str = SETTING) -> list[tuple[str, str]]:
-    """Return (message, hint) pairs for every problem in a retention configuration."""
+def read_retention(
+    value: Any, *, label: str = SETTING
+) -> tuple[list[RetentionRule], list[tuple[str, str]]]:
+    """The rules a retention configuration describes, and (message, hint) pairs for every
+    problem in it; the rules mean something only when there is no problem."""
     if value is None:
-        return []
+        return [], []
     if isinstance(value, (timedelta, str)) or _is_number(value):
-        return _cutoff_errors(value, label)
+        ms, errors = _read_cutoff(value, label)
+        return [RetentionRule(older_than_ms=ms)], errors
     if isinstance(value, Mapping):
         if not value:
-            return [
+            return [], [
                 (
                     f"{label} is an empty dict, which sweeps nothing.",
                     "Name at least one status, e.g. {'succeeded': timedelta(days=7)}, or set "
@@ -132,32 +143,36 @@ def retention_config_errors(value: Any, *, label: str = SETTING) -> list[tuple[s
                 )
             ]
         if any(key in RULE_KEYS for key in value):
-            return [
+            return [], [
                 (
                     f"{label} is a single rule dict; rules go in a list.",
                     "Wrap the rule in a list: [{'queue': ..., 'older_than': ...}], or map "
                     "statuses to cutoffs: {'succeeded': timedelta(hours=1)}.",
                 )
             ]
-        errors = []
+        rules, errors = [], []
         for status, cutoff in value.items():
             errors += _status_errors(status, f"{label} has a key")
-            errors += _cutoff_errors(cutoff, f"{label}[{status!r}]")
-        return errors
+            ms, cutoff_errors = _read_cutoff(cutoff, f"{label}[{status!r}]")
+            errors += cutoff_errors
+            rules.append(RetentionRule(older_than_ms=ms, status=status))
+        return rules, errors
     if isinstance(value, (list, tuple)):
         if not value:
-            return [
+            return [], [
                 (
                     f"{label} is an empty list, which sweeps nothing.",
                     "Give at least one rule, e.g. [{'status': 'succeeded', 'older_than': "
                     "timedelta(days=7)}], or set RETENTION to None to turn retention off.",
                 )
             ]
-        errors = []
-        for i, rule in enumerate(value):
-            errors += _rule_errors(rule, f"{label}[{i}]")
-        return errors
-    return [
+        rules, errors = [], []
+        for i, item in enumerate(value):
+            rule, rule_errors = _read_rule(item, f"{label}[{i}]")
+            rules.append(rule)
+            errors += rule_errors
+        return rules, errors
+    return [], [
         (
             f"{label} must be None, a cutoff, a dict or a list, not {type(value).__name__}.",
             _FORMS_HINT,
@@ -165,36 +180,14 @@ def retention_config_errors(value: Any, *, label: str = SETTING) -> list[tuple[s
     ]
 
 
+def retention_config_errors(value: Any, *, label: str = SETTING) -> list[tuple[str, str]]:
+    """Return (message, hint) pairs for every problem in a retention configuration."""
+    return read_retention(value, label=label)[1]
+
+
 def parse_retention(value: Any, *, label: str = SETTING) -> list[RetentionRule]:
     """Return the rules a retention configuration describes (none when it is None)."""
-    errors = retention_config_errors(value, label=label)
+    rules, errors = read_retention(value, label=label)
     if errors:
         raise ValueError(" ".join(f"{message} {hint}" for message, hint in errors))
-    if value is None:
-        return []
-    if isinstance(value, timedelta) or _is_number(value):
-        return [RetentionRule(older_than_ms=_cutoff_ms(value))]
-    if isinstance(value, Mapping):
-        return [RetentionRule(older_than_ms=_cutoff_ms(v), status=s) for s, v in value.items()]
-    rules: list[RetentionRule] = []
-    for rule in value:
-        if isinstance(rule, RetentionRule):
-            rules.append(rule)
-        else:
-            rules.append(
-                RetentionRule(
-                    older_than_ms=_cutoff_ms(rule["older_than"]),
-                    queue=rule.get("queue"),
-                    status=rule.get("status"),
-                    name=rule.get("name"),
-                )
-            )
     return rules
-
-
-def _cutoff_ms(cutoff: Any) -> int:
-    """A cutoff retention_config_errors() accepted, in milliseconds (it refused None)."""
-    ms = to_ms(cutoff)
-    if ms is None:
-        raise ValueError(f"A retention cutoff cannot be None, got {cutoff!r}.")
-    return ms

@@ -8,13 +8,14 @@
         },
     }
 
-The system check (checks.py) and the scheduler read the setting through
-`parse_schedule`, so what `manage.py check` accepts is what the worker runs.
+The system check (checks.py) reads the setting through `read_schedule` (the
+schedules and every fault), the scheduler through `parse_schedule` (the same
+read, raising its first fault), so what `manage.py check` accepts is what the
+worker runs.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -149,11 +150,9 @@ class Plan:
 
 def parse_schedule(value: Any) -> list[Schedule]:
     """Read the SCHEDULE setting into Schedules; raise ScheduleConfigError on the first fault."""
-    schedules = []
-    for item in _each(value):
-        if isinstance(item, ScheduleConfigError):
-            raise item
-        schedules.append(item)
+    schedules, errors = read_schedule(value)
+    if errors:
+        raise errors[0]
     return schedules
 
 
@@ -161,35 +160,27 @@ def read_schedule(value: Any) -> tuple[list[Schedule], list[ScheduleConfigError]
     """The schedules that parse, and the faults of those that do not."""
     schedules: list[Schedule] = []
     errors: list[ScheduleConfigError] = []
-    for item in _each(value):
-        if isinstance(item, ScheduleConfigError):
-            errors.append(item)
-        else:
-            schedules.append(item)
+    if value is None:
+        return schedules, errors
+    if not isinstance(value, dict):
+        error = ScheduleConfigError(
+            f"{SETTING} must be a dict of schedule name to schedule, not "
+            f"{type(value).__name__}.",
+            hint='For example {"poll-feeds": {"task": "feeds.poll", "every": '
+            "timedelta(minutes=5)}}.",
+        )
+        return schedules, [error]
+    for name, spec in value.items():
+        try:
+            schedules.append(_parse_one(name, spec))
+        except ScheduleConfigError as exc:
+            errors.append(exc)
     return schedules, errors
 
 
 def configured_schedules() -> list[Schedule]:
     """The schedules in settings, read now (settings may be overridden in tests)."""
     return parse_schedule(cairnq_settings.raw("SCHEDULE"))
-
-
-def _each(value: Any) -> Iterator[Schedule | ScheduleConfigError]:
-    if value is None:
-        return
-    if not isinstance(value, dict):
-        yield ScheduleConfigError(
-            f"{SETTING} must be a dict of schedule name to schedule, not "
-            f"{type(value).__name__}.",
-            hint='For example {"poll-feeds": {"task": "feeds.poll", "every": '
-            "timedelta(minutes=5)}}.",
-        )
-        return
-    for name, spec in value.items():
-        try:
-            yield _parse_one(name, spec)
-        except ScheduleConfigError as exc:
-            yield exc
 
 
 def _parse_one(name: Any, spec: Any) -> Schedule:

@@ -24,8 +24,17 @@ class Wakeup:
         """Start listening and return whether wakes can arrive (False: plain sleeps)."""
         return False
 
-    def wait_for_queued(self, queues: Sequence[str], timeout_s: float) -> bool:
-        """Sleep until work may have arrived on one of `queues`, or until the timeout."""
+    def wait_for_queued(
+        self, queues: Sequence[str], timeout_s: float, due_before: float | None = None
+    ) -> bool:
+        """Sleep until work may have arrived on one of `queues`, or until the timeout.
+
+        `due_before` (monotonic): also end the wait for work falling due before
+        then, for kinds whose change signal cannot tell a delayed task from a
+        due one (SQLite): an idle worker then learns of a new, earlier due time
+        without polling. PostgreSQL's NOTIFY already wakes for every new
+        queued task; here, and there, it is not used.
+        """
         sleep(timeout_s)
         return False
 
@@ -58,15 +67,6 @@ class Wakeup:
         instant. Kinds without seats: every worker answers.
         """
         return True
-
-    def wake_for_due_before(self, when: float | None) -> None:
-        """Also end this thread's queued-waits for work falling due before `when` (monotonic).
-
-        For kinds whose change signal cannot tell a delayed task from a due
-        one (SQLite): an idle worker then learns of a new, earlier due time
-        without polling. PostgreSQL's NOTIFY already wakes for every new
-        queued task; here, and there, nothing to do.
-        """
 
     @property
     def healthy(self) -> bool:

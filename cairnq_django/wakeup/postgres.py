@@ -111,7 +111,7 @@ class PostgresWakeup(Waits):
         self._params = conn_params
         self._seats = seats or 0
         self._book = SeatBook()
-        # Channels the current session LISTENs.
+        # Channels the current session LISTENs (none while there is no session).
         self._channels: set[str] = set()
         # Wakes the listener out of its wait when a worker's seat wish changes.
         self._poke_r, self._poke_w = socket.socketpair()
@@ -136,12 +136,12 @@ class PostgresWakeup(Waits):
         self._queued_seen: dict[str, int] = {}
         self._local = threading.local()
         self._done_waiting = 0
-        # Whether cairnq_done should be heard, and whether it is. Every finished
-        # task notifies every listener of it; a worker that nobody waits in
-        # turns it off (hear_done_on_demand), so a fleet of N workers is not
-        # woken N times per finished task. The first wait turns it on.
+        # Whether cairnq_done should be heard (whether it is: DONE_CHANNEL in
+        # _channels). Every finished task notifies every listener of it; a
+        # worker that nobody waits in turns it off (hear_done_on_demand), so a
+        # fleet of N workers is not woken N times per finished task. The first
+        # wait turns it on.
         self._hear_done = True
-        self._hearing_done = False
         # Every cairnq_done counts; recent task ids remember the count at
         # which they finished. A waiter wakes for finishes after its baseline.
         self._done_count = 0
@@ -217,7 +217,7 @@ class PostgresWakeup(Waits):
             finally:
                 with self._cond:
                     self._listening = False
-                    self._hearing_done = False
+                    self._channels = set()  # the session, and what it listened to, are gone
                     self.backend_pid = None
                 if conn is not None:
                     self._give_up_seats(conn)
@@ -282,7 +282,6 @@ class PostgresWakeup(Waits):
             conn.execute(sql.UNLISTEN.format(channel=channel))
         with self._cond:
             self._channels = wanted
-            self._hearing_done = DONE_CHANNEL in wanted
             if {QUEUED_CHANNEL, DONE_CHANNEL} & (wanted - current):
                 self._epoch += 1
                 self._wake_all()
@@ -350,7 +349,7 @@ class PostgresWakeup(Waits):
 
     def hear_done_on_demand(self) -> None:
         with self._cond:
-            if not self._hearing_done and not self._done_waiting:
+            if DONE_CHANNEL not in self._channels and not self._done_waiting:
                 self._hear_done = False
 
     @property
@@ -391,7 +390,9 @@ class PostgresWakeup(Waits):
             self._wake_all()
 
     # ----------------------------------------------------------------- waits
-    def wait_for_queued(self, queues: Sequence[str], timeout_s: float) -> bool:
+    def wait_for_queued(
+        self, queues: Sequence[str], timeout_s: float, due_before: float | None = None
+    ) -> bool:
         self._start()
         queues = list(queues)
         with self._cond:

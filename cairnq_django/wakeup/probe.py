@@ -33,24 +33,21 @@ _warned_lock = threading.Lock()
 class DeliveryProbe:
     """One listener's check that notifications sent by producers arrive."""
 
-    def __init__(self, alias: str, target: str, send: Callable[[str], None],
-                 timeout_s: float | None = None) -> None:
+    def __init__(self, alias: str, target: str, send: Callable[[str], None]) -> None:
         self.alias = alias
         # Where the listener connects, as the warning should name it.
         self.target = target
         self._send = send
-        self.timeout_s = PROBE_TIMEOUT_S if timeout_s is None else timeout_s
+        self.timeout_s = PROBE_TIMEOUT_S
         self._token: str | None = None
         self._deadline = 0.0
         # None until a probe has been answered or has timed out.
         self.delivering: bool | None = None
-        self.probes = 0
 
     def start(self) -> None:
         """Send a new probe (the listener has just LISTENed)."""
         token = uuid.uuid4().hex
         self._token, self._deadline = token, time.monotonic() + self.timeout_s
-        self.probes += 1
         try:
             self._send(token)
         except Exception as exc:  # the producer side is down: the listener learns soon enough

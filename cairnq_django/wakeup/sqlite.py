@@ -159,19 +159,10 @@ class SQLiteWakeup(Waits):
     is then checked with one read before a queued-waiter is woken.
     """
 
-    def __init__(
-        self,
-        path: str,
-        *,
-        using: str = DEFAULT_DB_ALIAS,
-        poll_min_s: float = SQLITE_POLL_MIN_S,
-        poll_max_s: float = SQLITE_POLL_MAX_S,
-    ) -> None:
+    def __init__(self, path: str, *, using: str = DEFAULT_DB_ALIAS) -> None:
         super().__init__()
         self._path = path
         self._using = using  # the alias whose rules (and SQL dialect) the checks use
-        self._poll_min_s = poll_min_s
-        self._poll_max_s = max(poll_min_s, poll_max_s)
         self._db: sqlite3.Connection | None = None
         self._db_lock = threading.Lock()
         self._watch: FileWatch | None = None  # once the poller runs, where inotify exists
@@ -246,7 +237,7 @@ class SQLiteWakeup(Waits):
         if not self._path.startswith("file:"):
             self._watch = FileWatch.open(self._path)
         backoff = RECONNECT_INITIAL_S
-        interval = self._poll_min_s
+        interval = SQLITE_POLL_MIN_S
         while True:
             with self._cond:
                 # Idle processes pay nothing: poll only while someone waits.
@@ -275,15 +266,15 @@ class SQLiteWakeup(Waits):
                     self._data_version = version
                     self._changes += 1
                     self._wake_all()
-                    interval = self._poll_min_s
+                    interval = SQLITE_POLL_MIN_S
                 else:
-                    interval = min(interval * 2, self._poll_max_s)
-            if self._watch is not None and interval >= self._poll_max_s:
+                    interval = min(interval * 2, SQLITE_POLL_MAX_S)
+            if self._watch is not None and interval >= SQLITE_POLL_MAX_S:
                 # Quiet for a while: sleep until a process writes the file. A
                 # commit writes the -wal file a moment before readers can see
                 # it, so every wake first polls fast again (from the minimum).
                 if self._watch.wait(SQLITE_WATCHED_SLEEP_S):
-                    interval = self._poll_min_s
+                    interval = SQLITE_POLL_MIN_S
             else:
                 time.sleep(interval)
         if self._watch is not None:
@@ -349,13 +340,10 @@ class SQLiteWakeup(Waits):
             self._local.changes = self._changes
         return woken
 
-    def wake_for_due_before(self, when: float | None) -> None:
-        with self._cond:
-            self._local.due_before = when
-
-    def wait_for_queued(self, queues: Sequence[str], timeout_s: float) -> bool:
+    def wait_for_queued(
+        self, queues: Sequence[str], timeout_s: float, due_before: float | None = None
+    ) -> bool:
         queues = list(queues)
-        due_before = getattr(self._local, "due_before", None)
         return self._wait_for_change(
             lambda: not queues or self._has_queued(queues, due_before), timeout_s
         )

@@ -275,14 +275,12 @@ class IdlePolicy:
             step = min(remaining, SLICE_S, *(() if due is None else (due - now,)))
             # Where the signal cannot tell delayed work from due work (SQLite), a
             # new task falling due before this sleep ends wakes it too.
-            self.wakeup.wake_for_due_before(
-                (deadline if due is None else min(deadline, due)) - _DUE_EARLY_WAKE_S
-            )
+            due_before = (deadline if due is None else min(deadline, due)) - _DUE_EARLY_WAKE_S
             # The workers-table row is refreshed from here too: a healthy
             # wakeup's poll interval can be longer than its report interval.
             self._refresh_presence()
             try:
-                if self.wakeup.wait_for_queued(self._queues, step):
+                if self.wakeup.wait_for_queued(self._queues, step, due_before):
                     # Only an announcement heard after the wake counts: notifications
                     # arrive in commit order, so one heard before it is from a claim
                     # that committed before this task did.
@@ -345,7 +343,9 @@ class _EventWait(Wakeup):
     def __init__(self, changed: threading.Event) -> None:
         self._changed = changed
 
-    def wait_for_queued(self, queues: Sequence[str], timeout_s: float) -> bool:
+    def wait_for_queued(
+        self, queues: Sequence[str], timeout_s: float, due_before: float | None = None
+    ) -> bool:
         self._changed.wait(timeout_s)
         return False
 
