@@ -68,18 +68,27 @@ if TYPE_CHECKING:
     from .workflows.shorthands import chain, chord, group, sig
     from .workflows.steps import InvalidWorkflow
 
-_WORKER_NAMES = frozenset({"TaskContext", "register", "task"})
-_FLOW_NAMES = frozenset({"pause_queue", "paused_queues", "resume_queue"})
-_LIMIT_NAMES = frozenset(
-    {"Limit", "LimitUsage", "clear_limit", "effective_limits", "limit_usage", "set_limit"}
-)
-
-_WORKFLOW_NAMES = {
-    "Workflow": "builder", "InvalidWorkflow": "steps", "cancel_workflow": "control",
-    "retry_workflow": "control", "WorkflowRun": "reads", "WorkflowTimeout": "reads",
-    "aget_workflow": "reads", "await_workflow": "reads", "get_workflow": "reads",
-    "wait_workflow": "reads", "chain": "shorthands", "chord": "shorthands", "group": "shorthands",
-    "sig": "shorthands",
+# Name -> the module (under this package) it loads from on first use.
+_LAZY = {
+    name: module
+    for module, names in {
+        "client": (
+            "PendingTask acall acancel aenqueue aenqueue_many aget aget_by_key aget_task alist_tasks"
+            " apurge aretry astats await_task await_task_by_key call cancel enqueue enqueue_many get"
+            " get_by_key get_task list list_tasks purge retry stats wait wait_by_key"
+        ),
+        "worker": "TaskContext register task",
+        "flow.pausing": "pause_queue paused_queues resume_queue",
+        "flow.limits": "Limit LimitUsage clear_limit effective_limits limit_usage set_limit",
+        "workflows.builder": "Workflow",
+        "workflows.steps": "InvalidWorkflow",
+        "workflows.control": "cancel_workflow retry_workflow",
+        "workflows.reads": (
+            "WorkflowRun WorkflowTimeout aget_workflow await_workflow get_workflow wait_workflow"
+        ),
+        "workflows.shorthands": "chain chord group sig",
+    }.items()
+    for name in names.split()
 }
 
 
@@ -87,29 +96,14 @@ def __getattr__(name: str) -> Any:
     # Django imports this package before its app registry is ready, and the
     # client and the worker reach the models through the store: the names of
     # __all__ that are not defined above load on first use, once the models exist.
-    if name in _WORKFLOW_NAMES:
-        from importlib import import_module
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from importlib import import_module
 
-        return getattr(import_module(f".workflows.{_WORKFLOW_NAMES[name]}", __name__), name)
-    if name in _WORKER_NAMES:
-        from . import worker
-
-        return getattr(worker, name)
-    if name in _FLOW_NAMES:
-        from .flow import pausing
-
-        return getattr(pausing, name)
-    if name in _LIMIT_NAMES:
-        from .flow import limits
-
-        return getattr(limits, name)
-    if name in __all__ or name == "list":
-        from . import client
-
-        # `list` mirrors the protocol's operation name. It stays out of
-        # __all__ so `from cairnq_django import *` does not shadow the builtin.
-        return getattr(client, "list_tasks" if name == "list" else name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    # `list` mirrors the protocol's operation name. It stays out of
+    # __all__ so `from cairnq_django import *` does not shadow the builtin.
+    attribute = "list_tasks" if name == "list" else name
+    return getattr(import_module(f".{_LAZY[name]}", __name__), attribute)
 
 
 __all__ = [

@@ -13,8 +13,7 @@ from __future__ import annotations
 
 from django.contrib import admin, messages
 from django.contrib.admin.models import DELETION, LogEntry
-from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import URLPattern, path, reverse
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
@@ -25,10 +24,9 @@ from ..observability.flow import SCOPE_LABELS, limit_text
 from ..records import Limit
 from ..retention.durations import parse_duration
 from .display import compact_time
-from .guarded import FlowStateAdmin, refuse_nul
+from .guarded import GuardedAdmin
 
 ACTIONS = ("set", "clear")
-PERMISSION = "cairnq_django.change_limits"
 # Longer than any number a limit can hold (a 32-bit count, a period in ms):
 # a longer field is refused before int() spends time on it.
 MAX_NUMBER_LENGTH = 32
@@ -55,7 +53,7 @@ def _period(text: str) -> int | None:
 
 
 @admin.register(FlowLimit)
-class FlowLimitAdmin(FlowStateAdmin):
+class FlowLimitAdmin(GuardedAdmin):
     list_display = ("scope", "value", "limit", "changed", "changed_by")
     list_filter = ("scope",)
     url_lookups = frozenset({"scope__exact"})
@@ -72,21 +70,15 @@ class FlowLimitAdmin(FlowStateAdmin):
         return compact_time(row.changed_at_ms)
 
     def get_urls(self) -> list[URLPattern]:
-        act = self.admin_site.admin_view(self.set_view)
+        act = self.post_view(self.set_view, "change_limits")
         return [path("set/", act, name="cairnq_django_flowlimit_set"), *super().get_urls()]
 
     def set_view(self, request: HttpRequest) -> HttpResponse:
         """Set or clear the posted runtime limit, then go back to the dashboard."""
-        if request.method != "POST":
-            return HttpResponseNotAllowed(["POST"])
-        refuse_nul(request)
-        if not request.user.has_perm(PERMISSION):
-            raise PermissionDenied
         back = HttpResponseRedirect(reverse("admin:cairnq_django_task_dashboard") + "#cq-limits")
-        action, scope = request.POST.get("action"), request.POST.get("scope", "")
+        action, scope = self.posted_action(request, ACTIONS), request.POST.get("scope", "")
         value = request.POST.get("value", "")
-        if action not in ACTIONS:
-            self.message_user(request, _("Unknown action."), messages.ERROR)
+        if action is None:
             return back
         if scope not in LIMIT_SCOPES:
             self.message_user(request, _("Choose a queue, a task name or a key prefix."),

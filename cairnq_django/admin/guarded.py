@@ -1,4 +1,4 @@
-"""What every CairnQ model admin refuses before it reaches the database.
+"""What every CairnQ model admin refuses before it reaches the database, and what they share.
 
 The query string and the object id in a URL are the visitor's, so each admin
 accepts only the lookups it offers (a list filter's parameter, a column the
@@ -6,16 +6,23 @@ admin links to), never NUL (PostgreSQL refuses it in any text it compares, and
 no CairnQ column holds one), and no search term longer than a real one. What
 is refused is a 400 (a 404, or the admin's "doesn't exist", for an id), never
 a database error.
+
+Every CairnQ admin also reads the queue's database, is read-only, and checks
+permissions and posted buttons the same way: GuardedAdmin holds all of it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Container
+from functools import wraps
 from typing import Any
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.contrib.admin.views.main import SEARCH_VAR
 from django.core.exceptions import BadRequest, PermissionDenied
-from django.http import HttpRequest, HttpResponse
+from django.db.models import QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
+from django.utils.translation import gettext as _
 
 from ..conf import cairnq_settings
 
@@ -34,12 +41,16 @@ def refuse_nul(request: HttpRequest) -> None:
 
 
 class GuardedAdmin(admin.ModelAdmin):
-    """A ModelAdmin that takes from the URL only what it offers.
+    """A read-only ModelAdmin of the queue's database that takes from the URL only what it offers.
 
     `url_lookups` names the lookups the query string may carry; Django's own
     default would take any lookup on any column (a regex, a JSON `contains`
     the backend cannot run). A subclass that overrides get_object calls
     acceptable_id itself.
+
+    Its rows change only through the store's and flow control's own calls
+    (the list's actions, and the buttons and forms that post to post_view
+    URLs), so the admin may not add, change or delete one.
     """
 
     url_lookups: frozenset[str] = frozenset()
@@ -76,19 +87,11 @@ class GuardedAdmin(admin.ModelAdmin):
             raise PermissionDenied
         return super().history_view(request, object_id, extra_context)
 
-
-class FlowStateAdmin(GuardedAdmin):
-    """A read-only list of one of flow control's state tables, in the queue's database.
-
-    Its rows change only through flow control's own calls (the dashboard's
-    forms post to them), so the admin may not add, change or delete one.
-    """
-
     @property
     def using(self) -> str:
         return cairnq_settings.DATABASE
 
-    def get_queryset(self, request: HttpRequest) -> Any:
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         return super().get_queryset(request).using(self.using)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
@@ -98,4 +101,49 @@ class FlowStateAdmin(GuardedAdmin):
         return False
 
     def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        # Tasks leave only through the purge action, which keeps live tasks; a
+        # worker removes its own row, and a gone one is forgotten after an hour.
         return False
+
+    # ---------------------------------------------------------- permissions
+    def has_perm(self, request: HttpRequest, codename: str) -> bool:
+        """Whether the user holds this app's permission `codename`."""
+        return request.user.has_perm(f"{self.opts.app_label}.{codename}")
+
+    def require_view_permission(self, request: HttpRequest) -> None:
+        """Refuse (403) a user who may not view this admin's rows.
+
+        The stats, dashboard, progress and schedules pages are not Django's own
+        views, so they check what Django's changelist checks before showing anything.
+        """
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+
+    # ------------------------------------------------------ posted buttons
+    def post_view(
+        self, view: Callable[..., HttpResponse], codename: str
+    ) -> Callable[..., HttpResponse]:
+        """`view` as the admin URL a button posts to, behind the permission `codename`.
+
+        Checked in this order: staff only (admin_view, with the admin's CSRF
+        check), POST only (405), no NUL (400), the permission (403).
+        """
+
+        @wraps(view)
+        def guarded(request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+            if request.method != "POST":
+                return HttpResponseNotAllowed(["POST"])
+            refuse_nul(request)
+            if not self.has_perm(request, codename):
+                raise PermissionDenied
+            return view(request, *args, **kwargs)
+
+        return self.admin_site.admin_view(guarded)
+
+    def posted_action(self, request: HttpRequest, actions: Container[str]) -> str | None:
+        """The posted `action` if it is one of `actions`; None, with an error message, if not."""
+        action = request.POST.get("action", "")
+        if action in actions:
+            return action
+        self.message_user(request, _("Unknown action."), messages.ERROR)
+        return None

@@ -10,8 +10,7 @@ who paused or resumed which queue, and when.
 from __future__ import annotations
 
 from django.contrib import admin, messages
-from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import URLPattern, path, reverse
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
@@ -19,14 +18,13 @@ from django.utils.translation import gettext_lazy
 from ..flow.pausing import pause_queue, resume_queue
 from ..models import QueueState
 from .display import compact_time
-from .guarded import FlowStateAdmin, refuse_nul
+from .guarded import GuardedAdmin
 
 ACTIONS = ("pause", "resume")
-PERMISSION = "cairnq_django.pause_queue"
 
 
 @admin.register(QueueState)
-class QueueStateAdmin(FlowStateAdmin):
+class QueueStateAdmin(GuardedAdmin):
     list_display = ("queue", "paused", "changed", "changed_by")
     list_filter = ("paused",)
     url_lookups = frozenset({"paused__exact"})
@@ -36,20 +34,14 @@ class QueueStateAdmin(FlowStateAdmin):
         return compact_time(state.changed_at_ms)
 
     def get_urls(self) -> list[URLPattern]:
-        act = self.admin_site.admin_view(self.pause_view)
+        act = self.post_view(self.pause_view, "pause_queue")
         return [path("pause/", act, name="cairnq_django_queuestate_pause"), *super().get_urls()]
 
     def pause_view(self, request: HttpRequest) -> HttpResponse:
         """Pause or resume the posted queue, then go back to the dashboard."""
-        if request.method != "POST":
-            return HttpResponseNotAllowed(["POST"])
-        refuse_nul(request)
-        if not request.user.has_perm(PERMISSION):
-            raise PermissionDenied
         back = HttpResponseRedirect(reverse("admin:cairnq_django_task_dashboard"))
-        action, queue = request.POST.get("action"), request.POST.get("queue", "")
-        if action not in ACTIONS:
-            self.message_user(request, _("Unknown action."), messages.ERROR)
+        action, queue = self.posted_action(request, ACTIONS), request.POST.get("queue", "")
+        if action is None:
             return back
         by = request.user.get_username()
         try:

@@ -20,12 +20,10 @@ from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, reverse
 from django.utils.translation import gettext as _
 
-from ..conf import cairnq_settings
 from ..models import ScheduleState
 from ..schedules import state
 from ..schedules.overview import ScheduleView, find_schedule, schedule_views
 from .guarded import GuardedAdmin, refuse_nul
-from .permissions import require_view_permission
 
 NEXT_SHOWN = 3
 
@@ -46,30 +44,10 @@ def _when(moment: datetime | None) -> str:
 class ScheduleAdmin(GuardedAdmin):
     """One page, not a model list: the state table alone does not say what is scheduled."""
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(
-        self, request: HttpRequest, obj: ScheduleState | None = None
-    ) -> bool:
-        return False
-
-    def has_delete_permission(
-        self, request: HttpRequest, obj: ScheduleState | None = None
-    ) -> bool:
-        return False
-
-    def can(self, request: HttpRequest, action: str) -> bool:
-        return request.user.has_perm(f"{self.opts.app_label}.{ACTIONS[action]}")
-
-    @property
-    def using(self) -> str:
-        return cairnq_settings.DATABASE
-
     def changelist_view(
         self, request: HttpRequest, extra_context: dict[str, Any] | None = None
     ) -> HttpResponse:
-        require_view_permission(self, request)
+        self.require_view_permission(request)
         refuse_nul(request)
         if request.method == "POST":
             return self._act(request)
@@ -81,8 +59,8 @@ class ScheduleAdmin(GuardedAdmin):
             "opts": self.opts,
             "title": _("Schedules"),
             "rows": rows,
-            "can_run": self.can(request, "run"),
-            "can_pause": self.can(request, "pause"),
+            "can_run": self.has_perm(request, ACTIONS["run"]),
+            "can_pause": self.has_perm(request, ACTIONS["pause"]),
             **(extra_context or {}),
         }
         return TemplateResponse(
@@ -114,12 +92,12 @@ class ScheduleAdmin(GuardedAdmin):
         }
 
     def _act(self, request: HttpRequest) -> HttpResponseRedirect:
-        action, name = request.POST.get("action"), request.POST.get("schedule", "")
+        action, name = self.posted_action(request, ACTIONS), request.POST.get("schedule", "")
         back = HttpResponseRedirect(request.path)
-        if action not in ACTIONS:
-            self.message_user(request, _("Unknown action."), messages.ERROR)
+        # The action first: its permission depends on it.
+        if action is None:
             return back
-        if not self.can(request, action):
+        if not self.has_perm(request, ACTIONS[action]):
             raise PermissionDenied
         try:
             schedule = find_schedule(name)

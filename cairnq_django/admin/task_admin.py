@@ -129,7 +129,7 @@ class TaskAdmin(TaskPageAdmin):
     def get_queryset(self, request: HttpRequest) -> QuerySet[Task]:
         # The list shows none of the free-text columns, and on SQLite merely
         # selecting one that is not UTF-8 fails the page; get_object reads them.
-        return super().get_queryset(request).using(self.using).defer(*RAW_TEXT_COLUMNS)
+        return super().get_queryset(request).defer(*RAW_TEXT_COLUMNS)
 
     def get_ordering(self, request: HttpRequest) -> list[Any]:
         return newest_first_ordering(self.using)
@@ -160,17 +160,6 @@ class TaskAdmin(TaskPageAdmin):
         if obj is not None:
             context.update(task_page.controls(self, request, obj))
         return super().render_change_form(request, context, add, change, form_url, obj)
-
-    # ---------------------------------------------------------- permissions
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: Task | None = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: Task | None = None) -> bool:
-        # Rows leave only through the purge action, which keeps live tasks.
-        return False
 
     # ---------------------------------------------------------------- search
     def get_search_results(

@@ -14,9 +14,8 @@ from typing import Any
 
 from django.contrib import admin, messages
 from django.contrib.admin.utils import quote, unquote
-from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
-from django.http import Http404, HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.translation import gettext as _
@@ -27,15 +26,14 @@ from ..workflows.control import RETRY_MODES, cancel_workflow, retry_workflow
 from ..workflows.reads import WorkflowRun
 from ..workflows.steps import InvalidWorkflow
 from .display import compact_time
-from .guarded import FlowStateAdmin, acceptable_id, refuse_nul
+from .guarded import GuardedAdmin, acceptable_id, refuse_nul
 from .views.workflow_graph import graph_svg
 
-PERMISSION = "cairnq_django.manage_workflow"
 ACTIONS = ("cancel", *RETRY_MODES)
 
 
 @admin.register(Workflow)
-class WorkflowAdmin(FlowStateAdmin):
+class WorkflowAdmin(GuardedAdmin):
     list_display = ("name", "id", "state", "progress", "created", "finished")
     list_filter = ("state",)
     search_fields = ("=id", "name", "=key")
@@ -54,12 +52,13 @@ class WorkflowAdmin(FlowStateAdmin):
     def finished(self, run: Workflow) -> str:
         return compact_time(run.finished_at_ms)
 
+    # Django's @admin.action(permissions=["manage_workflow"]) asks this.
     def has_manage_workflow_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm(PERMISSION)
+        return self.has_perm(request, "manage_workflow")
 
     # ------------------------------------------------------------ the page
     def get_urls(self) -> list[URLPattern]:
-        act = self.admin_site.admin_view(self.act_view)
+        act = self.post_view(self.act_view, "manage_workflow")
         return [path("<path:object_id>/act/", act, name="cairnq_django_workflow_act"), *super().get_urls()]
 
     def change_view(
@@ -68,8 +67,7 @@ class WorkflowAdmin(FlowStateAdmin):
     ) -> HttpResponse:
         """The workflow page: its graph, its steps, and the actions the user may take."""
         refuse_nul(request)
-        if not self.has_view_permission(request):
-            raise PermissionDenied
+        self.require_view_permission(request)
         run = self._run(object_id)
         steps = WorkflowStep.objects.using(self.using).filter(workflow_id=run.id)
         names = dict(steps.values_list("pk", "name"))
@@ -110,17 +108,11 @@ class WorkflowAdmin(FlowStateAdmin):
             raise Http404(_("No workflow has this id.")) from None
 
     def act_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
-        """Cancel or retry the workflow (POST, manage_workflow), then back to its page."""
-        if request.method != "POST":
-            return HttpResponseNotAllowed(["POST"])
-        refuse_nul(request)
-        if not self.has_manage_workflow_permission(request):
-            raise PermissionDenied
+        """Cancel or retry the workflow (POST, manage_workflow: see get_urls), then back to its page."""
         run = self._run(object_id)
-        action = request.POST.get("action", "")
         back = HttpResponseRedirect(reverse("admin:cairnq_django_workflow_change", args=[quote(run.id)]))
-        if action not in ACTIONS:
-            self.message_user(request, _("Unknown action."), messages.ERROR)
+        action = self.posted_action(request, ACTIONS)
+        if action is None:
             return back
         self._act(request, Workflow.objects.using(self.using).get(pk=run.id), action)
         return back

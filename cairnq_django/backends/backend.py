@@ -29,7 +29,7 @@ from ..conf import cairnq_settings
 from ..errors import SerializationError
 from ..records import DEFAULT_CONFLICT
 from ..validators import is_integer
-from .definitions import CairnQTask, known_tasks, row_name, validate_extras
+from .definitions import CairnQTask, known_tasks, remember, row_name, validate_extras
 from .discovery import import_task_modules
 from .results import pending_result, split_payload, to_result
 from .values import arguments_problem, json_arguments
@@ -82,7 +82,7 @@ class CairnQBackend(compat.BaseTaskBackend):
         """Refuse a Task this backend cannot run; remember one it can."""
         super().validate_task(task)
         validate_extras(task)
-        known_tasks.add(task)
+        remember(task)
 
     # ------------------------------------------------------------ enqueue
     def enqueue(self, task: Any, args: Any, kwargs: Any) -> Any:

@@ -13,7 +13,6 @@ imported.
 
 from __future__ import annotations
 
-import threading
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -96,39 +95,19 @@ def validate_extras(task: Any) -> None:
         raise compat.InvalidTask(str(exc)) from None
 
 
-class KnownTasks:
-    """Row name -> the Task it runs, for every task validated in this process."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._by_name: dict[str, Any] = {}
-
-    def add(self, task: Any) -> None:
-        """Remember a task under its row name; refuse a name taken by another function."""
-        name = row_name(task)
-        with self._lock:
-            known = self._by_name.get(name)
-            if known is None:
-                # The first Task seen is the definition; later ones are
-                # .using() copies of it, with per-call options.
-                self._by_name[name] = task
-                return
-        if known.module_path != task.module_path:
-            raise compat.InvalidTask(
-                f"Task name {name!r} is already used by {known.module_path}; "
-                f"{task.module_path} needs another cairnq_name."
-            )
-
-    def get(self, name: str) -> Any:
-        return self._by_name.get(name)
-
-    def items(self) -> list[tuple[str, Any]]:
-        with self._lock:
-            return sorted(self._by_name.items())
-
-    def forget(self, name: str) -> None:
-        with self._lock:
-            self._by_name.pop(name, None)
+# Row name -> the Task it runs, for every task validated in this process.
+known_tasks: dict[str, Any] = {}
 
 
-known_tasks = KnownTasks()
+def remember(task: Any) -> None:
+    """Remember a task under its row name; refuse a name taken by another function."""
+    name = row_name(task)
+    # The first Task seen is the definition; later ones are .using() copies
+    # of it, with per-call options. dict.setdefault is atomic, so two threads
+    # validating at once agree on which came first.
+    known = known_tasks.setdefault(name, task)
+    if known.module_path != task.module_path:
+        raise compat.InvalidTask(
+            f"Task name {name!r} is already used by {known.module_path}; "
+            f"{task.module_path} needs another cairnq_name."
+        )

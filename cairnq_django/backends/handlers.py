@@ -17,6 +17,7 @@ import asyncio
 import logging
 from dataclasses import replace
 from functools import partial
+from inspect import iscoroutinefunction
 from typing import Any
 
 from .. import compat, signals
@@ -45,19 +46,13 @@ def register_framework_tasks(registry: Any) -> list[str]:
             task = known_tasks.get(name)
             if task is None or task.module_path != value.module_path or name in names:
                 continue
-            handler_class = AsyncTaskHandler if _is_coroutine(task.func) else TaskHandler
+            handler_class = AsyncTaskHandler if iscoroutinefunction(task.func) else TaskHandler
             registry.register(
                 name, handler_class(task), queue=task.queue_name, priority=task.priority,
                 max_attempts=getattr(task, "max_attempts", None),
             )
             names.append(name)
     return names
-
-
-def _is_coroutine(func: Any) -> bool:
-    from inspect import iscoroutinefunction
-
-    return iscoroutinefunction(func)
 
 
 class TaskHandler:

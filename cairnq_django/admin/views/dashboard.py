@@ -24,7 +24,6 @@ from ...models import Task
 from ...observability.flow import SCOPE_LABELS, limit_text, period_text
 from ...observability.overview import Overview, overview
 from ...records import STATUSES, TERMINAL_STATUSES
-from ..permissions import require_view_permission
 from ..task_base import TaskAdminBase
 from . import TaskAdminView
 
@@ -139,7 +138,7 @@ class DashboardView(TaskAdminView):
 
     def get(self, request: HttpRequest) -> TemplateResponse:
         model_admin = self.model_admin
-        require_view_permission(model_admin, request)
+        model_admin.require_view_permission(request)
         opts = model_admin.model._meta
         view = overview(model_admin.using)
         data = throughput(model_admin.using, view.now_ms)

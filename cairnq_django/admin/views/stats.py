@@ -12,7 +12,6 @@ from django.utils.translation import gettext as _
 from ...humanize import human_duration
 from ...records import STATUSES, TERMINAL_STATUSES
 from ...store.admin_reads import queue_stats
-from ..permissions import require_view_permission
 from . import TaskAdminView
 
 
@@ -21,7 +20,7 @@ class StatsView(TaskAdminView):
 
     def get(self, request: HttpRequest) -> TemplateResponse:
         model_admin = self.model_admin
-        require_view_permission(model_admin, request)
+        model_admin.require_view_permission(request)
         opts = model_admin.model._meta
         link = model_admin.changelist_url
         queues = queue_stats(model_admin.using)

@@ -24,7 +24,6 @@ from ...records import LIVE_STATUSES, RETRYABLE_STATUSES
 from ...store import get_store
 from ...store.admin_reads import task_message
 from ..guarded import acceptable_id
-from ..permissions import require_view_permission
 from ..task_base import TaskAdminBase
 from . import TaskAdminView
 
@@ -87,7 +86,7 @@ class CancelView(_TaskView):
         object_id = unquote(object_id)
         # View first, as every page of a task checks: without it a user could
         # act on ids they cannot see, and tell real ids from made-up ones by the answer.
-        require_view_permission(self.model_admin, request)
+        self.model_admin.require_view_permission(request)
         if not self.model_admin.has_cancel_permission(request):
             raise PermissionDenied
         _task_values(self.model_admin, object_id, "id")
@@ -113,7 +112,7 @@ class RetryView(_TaskView):
         object_id = unquote(object_id)
         # View first, as every page of a task checks: without it a user could
         # act on ids they cannot see, and tell real ids from made-up ones by the answer.
-        require_view_permission(self.model_admin, request)
+        self.model_admin.require_view_permission(request)
         if not self.model_admin.has_retry_permission(request):
             raise PermissionDenied
         _task_values(self.model_admin, object_id, "id")
@@ -137,7 +136,7 @@ class ProgressView(_TaskView):
 
     def get(self, request: HttpRequest, object_id: str) -> JsonResponse:
         object_id = unquote(object_id)
-        require_view_permission(self.model_admin, request)
+        self.model_admin.require_view_permission(request)
         row = _task_values(
             self.model_admin, object_id, "status", "progress", "cancel_requested_at_ms"
         )

@@ -49,25 +49,12 @@ class WorkerAdmin(GuardedAdmin):
     fields = (*list_display[:3], "names_list", "interval", *list_display[3:], "running_tasks")
     readonly_fields = fields
 
-    @property
-    def using(self) -> str:
-        return cairnq_settings.DATABASE
-
     def get_queryset(self, request: HttpRequest) -> QuerySet[WorkerRecord]:
         # One clock reading per request, on every row: liveness is judged
         # against the queue's clock, not this web server's.
         now = database_now_ms(self.using)
-        rows: QuerySet[WorkerRecord] = super().get_queryset(request).using(self.using)
+        rows: QuerySet[WorkerRecord] = super().get_queryset(request)
         return rows.annotate(cq_now=Value(now))
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: WorkerRecord | None = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: WorkerRecord | None = None) -> bool:
-        return False  # a worker removes its own row; a gone one is forgotten after an hour
 
     @admin.display(description=_("queues"))
     def queue_list(self, worker: WorkerRecord) -> str:
