@@ -345,7 +345,7 @@ class LeaseOperations(ApplicationOperations):
                 FAIL, task_id, worker_id,
                 {"error": error_json(error, retryable), "retryable": bool(retryable), "delay_ms": delay_ms},
             )
-            attempts.record_fail(self.using, task, worker_id, started_at_ms)
+            attempts.record_ended(self.using, task, worker_id, started_at_ms)
         return task
 
     def snooze(
@@ -368,7 +368,7 @@ class LeaseOperations(ApplicationOperations):
                 flow = TaskFlow.objects.using(self.executor.using)
                 if not flow.filter(task_id=task_id).update(snoozes=F("snoozes") + 1):
                     flow.create(task_id=task_id, snoozes=1)
-            attempts.record_snooze(self.using, task, worker_id, started_at_ms)
+            attempts.record_ended(self.using, task, worker_id, started_at_ms, snooze=True)
         return task
 
 
