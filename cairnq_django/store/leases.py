@@ -35,7 +35,6 @@ from .protocol_statements import (
     COMPLETE,
     COMPLETE_MANY,
     FAIL,
-    HAS_CLAIMABLE,
     IDLE_PROBE,
     METADATA,
     PROGRESS,
@@ -102,21 +101,17 @@ class LeaseOperations(ApplicationOperations):
         super().__init__(executor, engine)
         self._limited = LimitedClaims(executor, self.engine)
 
-    def has_claimable(self, *, queues: Sequence[str], names: Sequence[str] | None = None) -> bool:
-        """Read-only probe: is there due work (or an expired lease) worth a claim?"""
-        if names is not None and not names:
-            return False
-        rows = self.executor.run(
-            HAS_CLAIMABLE, draw_values(queues, names),
-            (len(queues), None if names is None else len(names)),
-        )
-        return bool(rows) and (bool(rows[0][0]) or bool(rows[0][1]))
+    def probe_idle(self, *, queues: Sequence[str], names: Sequence[str] | None = None) -> IdleProbe:
+        """Read-only probe: is there due work (or an expired lease) worth a claim?
 
-    def probe_idle(self, *, queues: Sequence[str], names: Sequence[str]) -> IdleProbe:
-        """has_claimable(), and in the same statement when the next queued task falls due."""
-        if not names:
+        And, in the same statement, when the next queued task falls due.
+        `names` None: tasks of every name.
+        """
+        if names is not None and not names:
             return IdleProbe(work=False, due_in_ms=None)
-        rows = self.executor.run(IDLE_PROBE, draw_values(queues, names), (len(queues), len(names)))
+        rows = self.executor.run(
+            IDLE_PROBE, draw_values(queues, names), (len(queues), None if names is None else len(names))
+        )
         if not rows:
             return IdleProbe(work=False, due_in_ms=None)
         work, expired, due_in_ms = rows[0]
