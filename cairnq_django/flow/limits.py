@@ -165,7 +165,7 @@ def limit_usage(using: str | None = None) -> list[LimitUsage]:
     for index, limit in enumerate(limits):
         starts = counts.starts.get(index, {})
         if limit.scope == "key_prefix":
-            keys = {key for key in counts.by_key if key.startswith(limit.value)} | set(starts)
+            keys = {key for key in counts.by_scope["key_prefix"] if key.startswith(limit.value)} | set(starts)
             keys |= {key for key in due[index] if key}
         else:
             keys = {limit.value}

@@ -11,7 +11,7 @@ lease that has not expired); one that matched nothing raises LostLease.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Any
@@ -24,12 +24,10 @@ from ..jsoncodec import check_text, dumps
 from ..models import TaskFlow
 from ..records import DEFAULT_LEASE_MS, Limit, TaskRecord
 from ..validators import MAX_DELAY_MS, check_integer
-from . import attempts
+from . import attempts, limited_claim
 from .application import ApplicationOperations
 from .encoding import LEASE_EXPIRED, encode_result, error_json
-from .executor import Executor
-from .limited_claim import LimitedClaim, LimitedClaims, relevant_limits
-from .postgres_engine import Engine
+from .limited_claim import LimitedClaim, relevant_limits
 from .protocol_statements import (
     CLAIM,
     COMPLETE,
@@ -96,10 +94,6 @@ class LeaseOperations(ApplicationOperations):
     A lease holder submits and reads too (a handler's children, a settled
     step's release), so this part is the application part and more.
     """
-
-    def __init__(self, using: str, engine: Callable[[Executor], Engine] | None = None) -> None:
-        super().__init__(using, engine)
-        self._limited = LimitedClaims(self, self.engine)
 
     def probe_idle(self, *, queues: Sequence[str], names: Sequence[str] | None = None) -> IdleProbe:
         """Read-only probe: is there due work (or an expired lease) worth a claim?
@@ -191,9 +185,7 @@ class LeaseOperations(ApplicationOperations):
             announce_sql = drained_notify_sql(self.using, queues, *announce)
         if not plan:
             return LimitedClaim([])
-        result = self._limited.claim(
-            limits, queues, worker_id, lease_ms, plan, self.recover_leases, announce_sql, in_force
-        )
+        result = limited_claim.claim(self, limits, queues, worker_id, lease_ms, plan, announce_sql, in_force)
         result.tasks.sort(key=claim_order)
         return result
 
@@ -375,7 +367,6 @@ def _leases_of(using: str) -> LeaseOperations:
 def get_leases(using: str | None = None) -> LeaseOperations:
     """The lease part for a database alias (default: settings.CAIRNQ['DATABASE']).
 
-    One per alias, as `get_store`: the limited claim keeps what it learned
-    between claims (limited_claim.LimitedClaims).
+    One per alias, as `get_store`.
     """
     return _leases_of(cairnq_settings.DATABASE if using is None else using)
