@@ -151,7 +151,7 @@ class TaskRunner:
                 self.store.tasks().due(self.store.clock_ms())
                 .exclude(name__in=names).order_by("id")
             )
-            unhandled = self.store.executor.fetch(due[:100])
+            unhandled = self.store.fetch(due[:100])
             if unhandled:
                 raise UnhandledTask(unhandled, names)
         return ran

@@ -51,7 +51,7 @@ def slow_insert(specs):
     return _insert(specs)
 store._insert = slow_insert
 if os.environ.get("CAIRNQ_RACE_WITHOUT_KEY_LOCK"):  # only to show the test can fail
-    store.executor.lock_key = lambda key: None
+    store.lock_key = lambda key: None
 """ + RENDEZVOUS + """
 try:
     task = store.submit("race.same_key", {"pid": os.getpid()}, key=sys.argv[2], conflict=sys.argv[3])

@@ -67,13 +67,13 @@ def test_the_claim_and_its_probe_skip_a_paused_queue_and_enqueue_still_works(sto
     other = enqueue("tests.echo", {}, queue="reports")
     pause_queue("emails")
     late = enqueue("tests.echo", {}, queue="emails")  # still accepted
-    assert store.has_claimable(queues=["emails"]) is False
+    assert store.probe_idle(queues=["emails"]).work is False
     assert store.claim(queues=["emails"], worker_id="w", limit=10) == []
     claimed = store.claim(queues=["emails", "reports"], worker_id="w", limit=10)
     assert [t.id for t in claimed] == [other.id]
     assert store.claim(queues=["emails"], worker_id="w", limit=10, names=["tests.echo"]) == []
     resume_queue("emails")
-    assert store.has_claimable(queues=["emails"]) is True
+    assert store.probe_idle(queues=["emails"]).work is True
     claimed = store.claim(queues=["emails"], worker_id="w", limit=10)
     assert {t.id for t in claimed} == {held.id, late.id}
 

@@ -80,15 +80,15 @@ def test_claimed_task_is_not_claimed_twice(store):
 
 
 def test_claimable_probe(store):
-    assert not store.has_claimable(queues=["default"])
+    assert not store.probe_idle(queues=["default"]).work
     task = store.submit("t")
-    assert store.has_claimable(queues=["default"])
-    assert not store.has_claimable(queues=["default"], names=[])
-    assert not store.has_claimable(queues=["default"], names=["other"])
+    assert store.probe_idle(queues=["default"]).work
+    assert not store.probe_idle(queues=["default"], names=[]).work
+    assert not store.probe_idle(queues=["default"], names=["other"]).work
     store.claim(queues=["default"], worker_id="w")
-    assert not store.has_claimable(queues=["default"])
+    assert not store.probe_idle(queues=["default"]).work
     expire_lease(store, task.id)
-    assert store.has_claimable(queues=["default"])  # an expired lease is work too
+    assert store.probe_idle(queues=["default"]).work  # an expired lease is work too
 
 
 @pytest.mark.parametrize("bad", [{"queues": []}, {"lease_ms": 0}, {"limit": -1}])

@@ -23,7 +23,6 @@ from django.db import connections, transaction
 from cairnq_django import Limit
 from cairnq_django.conformance import ConformanceError, load_scenario, run_scenario, scenario_files
 from cairnq_django.models import TaskAttempt
-from cairnq_django.store.executor import Executor
 from cairnq_django.store.leases import LeaseOperations
 from cairnq_django.store.postgres_engine import COPY_MIN_ROWS, Engine, PostgresEngine
 from cairnq_django.store.sql import LIMITED_CLAIM_LOCK
@@ -44,8 +43,7 @@ def variants(request) -> bool:
 @pytest.fixture
 def leases(variants, live_store):
     """The lease part over the engine under test; `live_store` empties the tables afterwards."""
-    executor = Executor("default")
-    return LeaseOperations(executor, PostgresEngine(executor) if variants else Engine(executor))
+    return LeaseOperations("default", PostgresEngine if variants else Engine)
 
 
 @contextmanager

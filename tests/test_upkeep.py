@@ -79,7 +79,7 @@ def test_a_role_that_may_not_vacuum_is_told_once_and_stops_trying(live_store, ca
         with connections["default"].cursor() as cursor:
             cursor.execute(f'SET ROLE "{role}"')
         try:
-            assert live_store.executor.vacuum_tasks() is None
+            assert live_store.vacuum_tasks() is None
         finally:
             with connections["default"].cursor() as cursor:
                 cursor.execute("RESET ROLE")
@@ -89,8 +89,7 @@ def test_a_role_that_may_not_vacuum_is_told_once_and_stops_trying(live_store, ca
             cursor.execute(f'DROP ROLE "{role}"')
 
     not_allowed = SimpleNamespace(
-        using=live_store.using, dialect=live_store.dialect,
-        executor=SimpleNamespace(vacuum_tasks=lambda: None),
+        using=live_store.using, dialect=live_store.dialect, vacuum_tasks=lambda: None,
     )
     upkeep = TableUpkeep(not_allowed, Reports())
     upkeep.interval = 1

@@ -23,4 +23,4 @@ def test_the_worker_refreshes_statistics_where_the_database_needs_it(live_store)
 
 
 def test_refreshing_statistics_is_a_no_op_where_the_database_keeps_them(live_store):
-    live_store.executor.refresh_statistics()  # raises nothing on either database
+    live_store.refresh_statistics()  # raises nothing on either database

@@ -57,9 +57,6 @@ class Dialect:
     has_round_trip_engine: bool
     # A commit may skip its WAL flush (SET LOCAL synchronous_commit TO OFF).
     has_async_commit: bool
-    # Fetching TEXT that is not UTF-8 fails the whole statement, so free-text
-    # columns are read as bytes.
-    fails_on_bad_text: bool
     # A cheap row-count estimate from the catalog (pg_class.reltuples).
     has_row_estimate: bool
     # Rows carry an insertion-ordered rowid that single-column indexes end in.
@@ -95,7 +92,6 @@ SQLITE = Dialect(
     watches_database_file=True,
     has_round_trip_engine=False,
     has_async_commit=False,
-    fails_on_bad_text=True,
     has_row_estimate=False,
     has_rowid=True,
     needs_periodic_analyze=True,
@@ -118,7 +114,6 @@ POSTGRES = Dialect(
     watches_database_file=False,
     has_round_trip_engine=True,
     has_async_commit=True,
-    fails_on_bad_text=False,
     has_row_estimate=True,
     has_rowid=False,
     needs_periodic_analyze=False,

@@ -15,16 +15,15 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import connections, transaction
+from django.db import transaction
 from django.db.models import Count, Q
 
 from ..models import FlowLimit
-from ..records import QUEUED_CHANNEL, Limit
-from ..store import get_store, sql
+from ..records import Limit
+from ..store import get_store
 from ..store.limit_counts import due_tasks, read_counts, scope_value
-from ..validators import check_label
 from .limit_parsing import LIMIT_SCOPES, check_scope, make_limit, settings_limits
-from .pausing import MAX_BY_LENGTH
+from .pausing import check_by, notify_queued
 
 __all__ = [
     "LIMIT_SCOPES",
@@ -87,13 +86,6 @@ def effective_limits(using: str | None = None) -> list[Limit]:
     return [limit for limit in merged if not limit.is_lifted]
 
 
-def _check_by(by: Any) -> None:
-    if not isinstance(by, str):
-        raise ValueError(f"by must be a string, got {by!r}.")
-    if by:
-        check_label("by", by, MAX_BY_LENGTH)
-
-
 def _wake(alias: str, limit: Limit) -> None:
     """PostgreSQL: wake idle workers of the queues the change may free, at commit."""
     store = get_store(alias)
@@ -106,9 +98,7 @@ def _wake(alias: str, limit: Limit) -> None:
         if limit.scope == "name":
             waiting = waiting.filter(name=limit.value)
         queues = list(waiting.order_by().values_list("queue", flat=True).distinct()[:_WAKE_QUEUES_MAX])
-    with connections[alias].cursor() as cursor:
-        for queue in queues:
-            cursor.execute(sql.NOTIFY, [QUEUED_CHANNEL, queue])
+    notify_queued(alias, queues)
 
 
 def set_limit(
@@ -131,7 +121,7 @@ def set_limit(
     second.
     """
     limit = make_limit(scope, value, concurrency=concurrency, rate=rate, per=per)
-    _check_by(by)
+    check_by(by)
     store = get_store(using)
     with transaction.atomic(using=store.using):
         fields = {"concurrency": limit.concurrency, "rate": limit.rate, "per_ms": limit.per_ms,
@@ -148,7 +138,7 @@ def clear_limit(scope: str, value: str, *, using: str | None = None, by: str = "
     The settings' limit on the same scope and value, if any, applies again.
     """
     check_scope(scope, value)
-    _check_by(by)
+    check_by(by)
     store = get_store(using)
     with transaction.atomic(using=store.using):
         deleted, _ = FlowLimit.objects.using(store.using).filter(scope=scope, value=value).delete()
@@ -175,7 +165,7 @@ def limit_usage(using: str | None = None) -> list[LimitUsage]:
     for index, limit in enumerate(limits):
         starts = counts.starts.get(index, {})
         if limit.scope == "key_prefix":
-            keys = {key for key in counts.by_key if key.startswith(limit.value)} | set(starts)
+            keys = {key for key in counts.by_scope["key_prefix"] if key.startswith(limit.value)} | set(starts)
             keys |= {key for key in due[index] if key}
         else:
             keys = {limit.value}

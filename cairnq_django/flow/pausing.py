@@ -22,6 +22,7 @@ watches.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from typing import Any
 
 from django.db import connections, transaction
@@ -40,10 +41,22 @@ MAX_BY_LENGTH = 255
 
 def _check(queue: Any, by: Any) -> None:
     check_label("queue", queue, MAX_QUEUE_LENGTH)
+    check_by(by)
+
+
+def check_by(by: Any) -> None:
+    """The `by` of a fleet-wide change (pause, resume, a runtime limit): a string, "" for nobody."""
     if not isinstance(by, str):
         raise ValueError(f"by must be a string, got {by!r}.")
     if by:
         check_label("by", by, MAX_BY_LENGTH)
+
+
+def notify_queued(using: str, queues: Iterable[str]) -> None:
+    """PostgreSQL: the protocol's `cairnq_queued` for each queue, sent at commit, as an enqueue's is."""
+    with connections[using].cursor() as cursor:
+        for queue in queues:
+            cursor.execute(sql.NOTIFY, [QUEUED_CHANNEL, queue])
 
 
 def _states(using: str) -> QuerySet[QueueState]:
@@ -66,8 +79,7 @@ def _set_paused(using: str, queue: str, paused: bool, by: str) -> bool:
                 queue=queue, defaults={"paused": True, "changed_at_ms": now, "changed_by": by}
             )
         if changed and not paused and store.dialect.has_listen_notify:
-            with connections[store.using].cursor() as cursor:
-                cursor.execute(sql.NOTIFY, [QUEUED_CHANNEL, queue])
+            notify_queued(store.using, [queue])
     return bool(changed)
 
 

@@ -19,7 +19,6 @@ from django.db.models import Count
 
 from .. import jsoncodec, signals
 from ..conf import cairnq_settings
-from ..db.querysets import TaskQuerySet
 from ..errors import AlreadyExists
 from ..ids import new_task_id, now_ms
 from ..models import TaskFlow
@@ -68,29 +67,14 @@ from .protocol_statements import (
 _INSERT_ROWS = 1000
 
 
-class ApplicationOperations:
-    """Submits, reads, cancels, retries and purges over one executor."""
+class ApplicationOperations(Executor):
+    """Submits, reads, cancels, retries and purges, run on one alias's connection (Executor)."""
 
-    def __init__(self, executor: Executor, engine: Engine | None = None) -> None:
-        self.executor = executor
-        self.using = executor.using
-        self.dialect = executor.dialect
+    def __init__(self, using: str, engine: Callable[[Executor], Engine] | None = None) -> None:
+        super().__init__(using)
         # The alias's round-trip variants (postgres_engine.py), chosen once;
         # a test passes the generic Engine to run the generic path anywhere.
-        self.engine = engine_of(executor) if engine is None else engine
-
-    # ------------------------------------------------- the executor's own
-    def tasks(self) -> TaskQuerySet:
-        """The Task QuerySet of this alias (querysets.TaskQuerySet)."""
-        return self.executor.tasks()
-
-    def atomic(self) -> transaction.Atomic:
-        """A write transaction (or savepoint inside the caller's) on this alias."""
-        return self.executor.atomic()
-
-    def clock_ms(self) -> int:
-        """Now in epoch ms from the queue's clock (Executor.clock_ms)."""
-        return self.executor.clock_ms()
+        self.engine = (engine_of if engine is None else engine)(self)
 
     def _written(self, rows: builtins.list[TaskRecord]) -> None:
         # Only `testing`'s inline mode listens; without a receiver, no send.
@@ -154,14 +138,14 @@ class ApplicationOperations:
         """
         if not specs:
             return []
-        self.executor.verify_protocol()
+        self.verify_protocol()
         copied = self.engine.copy_insert(specs)
         if copied is not None:
             return copied
         now = now_ms() if self.dialect.uses_process_clock else None
         for start in range(0, len(specs), _INSERT_ROWS):
             chunk = specs[start : start + _INSERT_ROWS]
-            found = self.executor.run(INSERT, shape=(len(chunk),), rows=chunk, now=now)
+            found = self.run(INSERT, shape=(len(chunk),), rows=chunk, now=now)
             if now is None:
                 now = found[0][0]
         # `now` is still None here only when there were no specs.
@@ -232,8 +216,8 @@ class ApplicationOperations:
         raise rejected
 
     def _submit_keyed(self, spec: TaskSpec, key: str, conflict: str) -> TaskRecord:
-        self.executor.lock_key(key)
-        current = self.executor.record(BY_KEY, {"key": key})
+        self.lock_key(key)
+        current = self.record(BY_KEY, {"key": key})
         # A purged task takes its key row with it (ON DELETE CASCADE), so
         # "no current task" covers both a fresh key and a freed one.
         if current is not None:
@@ -262,7 +246,7 @@ class ApplicationOperations:
 
     def _point_key(self, key: str, task_id: str) -> None:
         """Point `key` at `task_id`, creating the key row or moving it (one upsert)."""
-        self.executor.run(POINT_KEY, {"key": key, "task_id": task_id})
+        self.run(POINT_KEY, {"key": key, "task_id": task_id})
 
     def submit_many(
         self,
@@ -300,17 +284,17 @@ class ApplicationOperations:
 
     # ------------------------------------------------------------------- reads
     def get(self, task_id: str) -> TaskRecord | None:
-        return self.executor.record(GET, {"id": task_id})
+        return self.record(GET, {"id": task_id})
 
     def get_by_key(self, key: str) -> TaskRecord | None:
-        return self.executor.record(BY_KEY, {"key": key})
+        return self.record(BY_KEY, {"key": key})
 
     def get_status(self, task_id: str) -> TaskStatus | None:
-        rows = self.executor.run(STATUS, {"id": task_id})
+        rows = self.run(STATUS, {"id": task_id})
         return TaskStatus(id=rows[0][0], status=rows[0][1]) if rows else None
 
     def get_status_by_key(self, key: str) -> TaskStatus | None:
-        rows = self.executor.run(STATUS_BY_KEY, {"key": key})
+        rows = self.run(STATUS_BY_KEY, {"key": key})
         return TaskStatus(id=rows[0][0], status=rows[0][1]) if rows else None
 
     def list(
@@ -338,12 +322,12 @@ class ApplicationOperations:
         }
         if limit == 0:
             return []
-        page = self.executor.tasks().filter(**filters).newest_first()[offset : offset + limit]
-        return self.executor.fetch(page)
+        page = self.tasks().filter(**filters).newest_first()[offset : offset + limit]
+        return self.fetch(page)
 
     def stats(self, queue: str | None = None) -> dict[str, dict[str, int]]:
-        self.executor.verify_protocol()
-        tasks = self.executor.tasks() if queue is None else self.executor.tasks().filter(queue=queue)
+        self.verify_protocol()
+        tasks = self.tasks() if queue is None else self.tasks().filter(queue=queue)
         result: dict[str, dict[str, int]] = {}
         if queue is not None:
             result[queue] = dict.fromkeys(STATUSES, 0)
@@ -354,25 +338,25 @@ class ApplicationOperations:
     def queue_depth(self, queue: str, max_depth: int) -> int:
         """Headroom under max_depth queued tasks, reading at most max_depth rows."""
         check_integer("max_depth", max_depth)
-        self.executor.verify_protocol()
-        queued = self.executor.tasks().filter(queue=queue).queued().order_by()[:max_depth]
+        self.verify_protocol()
+        queued = self.tasks().filter(queue=queue).queued().order_by()[:max_depth]
         return max(0, max_depth - queued.count())
 
     # ---------------------------------------------------------------- control
     def cancel(self, task_id: str) -> TaskRecord | None:
         """queued -> canceled; running -> cancel requested. None if neither applies."""
-        return self.executor.record(CANCEL, {"id": task_id})
+        return self.record(CANCEL, {"id": task_id})
 
     def retry(self, task_id: str, *, reset_attempt: bool = False) -> TaskRecord | None:
         """failed/canceled -> queued. None if the task is not in one of those states."""
-        return self.executor.record(RETRY, {"id": task_id, "reset": bool(reset_attempt)})
+        return self.record(RETRY, {"id": task_id, "reset": bool(reset_attempt)})
 
     def _by_key(
         self, key: str, action: Callable[[str], TaskRecord | None]
     ) -> TaskRecord | None:
-        with self.executor.atomic():
-            self.executor.lock_key(key)
-            rows = self.executor.run(KEY_TARGET, {"key": key})
+        with self.atomic():
+            self.lock_key(key)
+            rows = self.run(KEY_TARGET, {"key": key})
             return action(rows[0][0]) if rows else None
 
     def cancel_by_key(self, key: str) -> TaskRecord | None:
@@ -400,7 +384,7 @@ class ApplicationOperations:
             )
         values = {"older_than_ms": older_than_ms, "queue": queue, "status": status, "name": name}
         shape = (limit, queue is not None, status is not None, name is not None)
-        rows = self.executor.run(PURGE, values, shape)
+        rows = self.run(PURGE, values, shape)
         # RETURNING follows the delete's scan order, not the subselect's ORDER BY.
         rows.sort(key=lambda row: (row[1], row[0]))
         return [row[0] for row in rows]
@@ -408,8 +392,8 @@ class ApplicationOperations:
     def count_purgeable(self, *, older_than_ms: int = 0, queue: str | None = None,
                         status: str | None = None, name: str | None = None) -> int:
         """How many tasks purge() with these arguments would delete, all batches together."""
-        self.executor.verify_protocol()
-        return self.executor.tasks().purgeable(older_than_ms, queue=queue, status=status, name=name).count()
+        self.verify_protocol()
+        return self.tasks().purgeable(older_than_ms, queue=queue, status=status, name=name).count()
 
     def purge_ids(self, task_ids: Sequence[str], *, chunk_size: int = 500) -> builtins.list[str]:
         """Delete the finished tasks among `task_ids`, keeping live ones; return the deleted ids.
@@ -422,13 +406,13 @@ class ApplicationOperations:
         deleted: list[str] = []
         for start in range(0, len(task_ids), chunk_size):
             chunk = [{"id": task_id} for task_id in task_ids[start : start + chunk_size]]
-            deleted += [row[0] for row in self.executor.run(PURGE_IDS, shape=(len(chunk),), rows=chunk)]
+            deleted += [row[0] for row in self.run(PURGE_IDS, shape=(len(chunk),), rows=chunk)]
         return deleted
 
 
 @functools.cache
 def _store_of(using: str) -> ApplicationOperations:
-    return ApplicationOperations(Executor(using))
+    return ApplicationOperations(using)
 
 
 def get_store(using: str | None = None) -> ApplicationOperations:

@@ -72,26 +72,19 @@ class TaskHistory:
         return None if self.task.status == "succeeded" else self.task.error
 
 
-def record_fail(
-    using: str, row: TaskRecord, worker_id: str, started_at_ms: int | None
+def record_ended(
+    using: str, row: TaskRecord, worker_id: str, started_at_ms: int | None, *, snooze: bool = False
 ) -> None:
-    """The attempt a fail() just settled (call inside that fail's transaction)."""
+    """The attempt a fail() or snooze() just settled (call inside that settle's transaction).
+
+    A requeued snooze gave its number back; a snooze writes no error.
+    """
+    snoozed = snooze and row.status == "queued"
     TaskAttempt.objects.using(using).create(
-        task_id=row.id, attempt=row.attempt, outcome=_FAIL_OUTCOMES.get(row.status, row.status),
+        task_id=row.id, attempt=row.attempt + 1 if snoozed else row.attempt,
+        outcome="snoozed" if snoozed else _FAIL_OUTCOMES.get(row.status, row.status),
         worker_id=worker_id, started_at_ms=started_at_ms, ended_at_ms=row.updated_at_ms,
-        error=row.error,
-    )
-
-
-def record_snooze(
-    using: str, row: TaskRecord, worker_id: str, started_at_ms: int | None
-) -> None:
-    """The attempt a snooze() just settled; a requeued snooze gave its number back."""
-    requeued = row.status == "queued"
-    TaskAttempt.objects.using(using).create(
-        task_id=row.id, attempt=row.attempt + 1 if requeued else row.attempt,
-        outcome="snoozed" if requeued else "canceled", worker_id=worker_id,
-        started_at_ms=started_at_ms, ended_at_ms=row.updated_at_ms,
+        error=None if snooze else row.error,
     )
 
 

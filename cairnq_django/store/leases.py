@@ -24,18 +24,15 @@ from ..jsoncodec import check_text, dumps
 from ..models import TaskFlow
 from ..records import DEFAULT_LEASE_MS, Limit, TaskRecord
 from ..validators import MAX_DELAY_MS, check_integer
-from . import attempts
+from . import attempts, limited_claim
 from .application import ApplicationOperations
 from .encoding import LEASE_EXPIRED, encode_result, error_json
-from .executor import Executor
-from .limited_claim import LimitedClaim, LimitedClaims, relevant_limits
-from .postgres_engine import Engine
+from .limited_claim import LimitedClaim, relevant_limits
 from .protocol_statements import (
     CLAIM,
     COMPLETE,
     COMPLETE_MANY,
     FAIL,
-    HAS_CLAIMABLE,
     IDLE_PROBE,
     METADATA,
     PROGRESS,
@@ -92,31 +89,23 @@ def claim_order(task: TaskRecord) -> tuple[int, int, str]:
 
 
 class LeaseOperations(ApplicationOperations):
-    """Claims and settles over one executor; every write checks that the caller holds the lease.
+    """Claims and settles on one alias's connection; every write checks that the caller holds the lease.
 
     A lease holder submits and reads too (a handler's children, a settled
     step's release), so this part is the application part and more.
     """
 
-    def __init__(self, executor: Executor, engine: Engine | None = None) -> None:
-        super().__init__(executor, engine)
-        self._limited = LimitedClaims(executor, self.engine)
+    def probe_idle(self, *, queues: Sequence[str], names: Sequence[str] | None = None) -> IdleProbe:
+        """Read-only probe: is there due work (or an expired lease) worth a claim?
 
-    def has_claimable(self, *, queues: Sequence[str], names: Sequence[str] | None = None) -> bool:
-        """Read-only probe: is there due work (or an expired lease) worth a claim?"""
+        And, in the same statement, when the next queued task falls due.
+        `names` None: tasks of every name.
+        """
         if names is not None and not names:
-            return False
-        rows = self.executor.run(
-            HAS_CLAIMABLE, draw_values(queues, names),
-            (len(queues), None if names is None else len(names)),
-        )
-        return bool(rows) and (bool(rows[0][0]) or bool(rows[0][1]))
-
-    def probe_idle(self, *, queues: Sequence[str], names: Sequence[str]) -> IdleProbe:
-        """has_claimable(), and in the same statement when the next queued task falls due."""
-        if not names:
             return IdleProbe(work=False, due_in_ms=None)
-        rows = self.executor.run(IDLE_PROBE, draw_values(queues, names), (len(queues), len(names)))
+        rows = self.run(
+            IDLE_PROBE, draw_values(queues, names), (len(queues), None if names is None else len(names))
+        )
         if not rows:
             return IdleProbe(work=False, due_in_ms=None)
         work, expired, due_in_ms = rows[0]
@@ -131,7 +120,7 @@ class LeaseOperations(ApplicationOperations):
         Each recovered attempt gets its "lost" row (store/attempts.py) in the
         same transaction: a second statement only when something was recovered.
         """
-        recovered = self.executor.records(RECOVER, {"lease_error": LEASE_EXPIRED})
+        recovered = self.records(RECOVER, {"lease_error": LEASE_EXPIRED})
         attempts.record_lost(self.using, recovered)
         return recovered
 
@@ -196,9 +185,7 @@ class LeaseOperations(ApplicationOperations):
             announce_sql = drained_notify_sql(self.using, queues, *announce)
         if not plan:
             return LimitedClaim([])
-        result = self._limited.claim(
-            limits, queues, worker_id, lease_ms, plan, self.recover_leases, announce_sql, in_force
-        )
+        result = limited_claim.claim(self, limits, queues, worker_id, lease_ms, plan, announce_sql, in_force)
         result.tasks.sort(key=claim_order)
         return result
 
@@ -211,20 +198,20 @@ class LeaseOperations(ApplicationOperations):
         announce: tuple[str, Sequence[str]] | None = None,
     ) -> list[TaskRecord]:
         claimed: list[TaskRecord] = []
-        with self.executor.atomic():
+        with self.atomic():
             self.recover_leases()
             for draw_names, draw_limit in plan:  # already free of empty draws
                 values = {"worker_id": worker_id, "lease_ms": lease_ms, **draw_values(queues, draw_names)}
-                claimed += self.executor.records(CLAIM, values, claim_shape(queues, draw_names, draw_limit))
+                claimed += self.records(CLAIM, values, claim_shape(queues, draw_names, draw_limit))
             if announce is not None:
-                self.executor.run_sql(*drained_notify_sql(self.using, queues, *announce))
+                self.run_sql(*drained_notify_sql(self.using, queues, *announce))
         return claimed
 
     def _owned(
         self, statement: Statement, task_id: str, worker_id: str, values: dict[str, Any]
     ) -> TaskRecord:
         values.update(id=task_id, worker_id=worker_id)
-        task = self.executor.record(statement, values)
+        task = self.record(statement, values)
         if task is None:
             raise LostLease(task_id)
         return task
@@ -240,7 +227,7 @@ class LeaseOperations(ApplicationOperations):
         check_integer("lease_ms", lease_ms)
         if not task_ids:
             return {}
-        rows = self.executor.run(
+        rows = self.run(
             RENEW_MANY, {"worker_id": worker_id, "lease_ms": lease_ms}, (len(task_ids),),
             [{"id": task_id} for task_id in task_ids],
         )
@@ -309,9 +296,9 @@ class LeaseOperations(ApplicationOperations):
         rows: list[TaskRecord] = []
         # One statement (the usual case: one worker's group) commits on its
         # own: a transaction around it would add BEGIN and COMMIT round trips.
-        with self.executor.atomic() if len(updates) > 1 else nullcontext():
+        with self.atomic() if len(updates) > 1 else nullcontext():
             for worker_id, chunk in updates:
-                rows += self.executor.records(COMPLETE_MANY, {"worker_id": worker_id}, (len(chunk),), chunk)
+                rows += self.records(COMPLETE_MANY, {"worker_id": worker_id}, (len(chunk),), chunk)
         by_id = {row.id: row for row in rows}
         return [by_id.get(task_id) for task_id, _, _ in items]
 
@@ -340,12 +327,12 @@ class LeaseOperations(ApplicationOperations):
             error = error_envelope(
                 type="Error", code="handler_error", message=error, retryable=retryable
             )
-        with self.executor.atomic():
+        with self.atomic():
             task = self._owned(
                 FAIL, task_id, worker_id,
                 {"error": error_json(error, retryable), "retryable": bool(retryable), "delay_ms": delay_ms},
             )
-            attempts.record_fail(self.using, task, worker_id, started_at_ms)
+            attempts.record_ended(self.using, task, worker_id, started_at_ms)
         return task
 
     def snooze(
@@ -360,27 +347,26 @@ class LeaseOperations(ApplicationOperations):
         check_integer("delay_ms", delay_ms)
         if delay_ms > MAX_DELAY_MS:
             raise ValueError(f"delay_ms must be at most {MAX_DELAY_MS}, got {delay_ms!r}.")
-        with self.executor.atomic():
+        with self.atomic():
             task = self._owned(SNOOZE, task_id, worker_id, {"delay_ms": delay_ms})
             if task.status == "queued":
                 # The task row is locked (or, on SQLite, the database) until
                 # commit, so no other write can race the first row's insert.
-                flow = TaskFlow.objects.using(self.executor.using)
+                flow = TaskFlow.objects.using(self.using)
                 if not flow.filter(task_id=task_id).update(snoozes=F("snoozes") + 1):
                     flow.create(task_id=task_id, snoozes=1)
-            attempts.record_snooze(self.using, task, worker_id, started_at_ms)
+            attempts.record_ended(self.using, task, worker_id, started_at_ms, snooze=True)
         return task
 
 
 @functools.cache
 def _leases_of(using: str) -> LeaseOperations:
-    return LeaseOperations(Executor(using))
+    return LeaseOperations(using)
 
 
 def get_leases(using: str | None = None) -> LeaseOperations:
     """The lease part for a database alias (default: settings.CAIRNQ['DATABASE']).
 
-    One per alias, as `get_store`: the limited claim keeps what it learned
-    between claims (limited_claim.LimitedClaims).
+    One per alias, as `get_store`.
     """
     return _leases_of(cairnq_settings.DATABASE if using is None else using)

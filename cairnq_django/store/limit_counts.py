@@ -21,24 +21,34 @@ from ..models import FlowStart
 from ..records import Limit
 from .protocol_statements import paused_queues_of, tasks_of
 
+# Each limit scope and the task column (through the join, for the key) its values are in.
+SCOPE_COLUMNS = {"queue": "queue", "name": "name", "key_prefix": "flow__concurrency_key"}
+
 
 @dataclass
 class Counts:
     """Running tasks and starts in the window, per limited scope, at one instant."""
 
     now: int
-    # Running (unexpired lease) by queue, by name, by concrete concurrency key.
-    by_queue: dict[str, int] = field(default_factory=dict)
-    by_name: dict[str, int] = field(default_factory=dict)
-    by_key: dict[str, int] = field(default_factory=dict)
+    # Running (unexpired lease), by scope: by queue, by name, by concrete concurrency key.
+    by_scope: dict[str, dict[str, int]] = field(
+        default_factory=lambda: {scope: {} for scope in SCOPE_COLUMNS}
+    )
     # Per rate limit (by its index in the limits list): starts in its window
     # and the oldest of them, by value (the queue, the name, or the concrete key).
     starts: dict[int, dict[str, int]] = field(default_factory=dict)
     oldest: dict[int, dict[str, int]] = field(default_factory=dict)
 
     def running(self, limit: Limit, value: str) -> int:
-        table = {"queue": self.by_queue, "name": self.by_name}.get(limit.scope, self.by_key)
-        return table.get(value, 0)
+        # Any scope but a queue's or a name's counts by key, as Limit.applies_to matches.
+        return self.by_scope.get(limit.scope, self.by_scope["key_prefix"]).get(value, 0)
+
+    def add_running(self, queue: str, name: str, key: str | None, n: int = 1) -> None:
+        """Count `n` more running tasks of this queue, name and key (None: no key)."""
+        for scope, value in zip(SCOPE_COLUMNS, (queue, name, key), strict=True):
+            if value is not None:
+                table = self.by_scope[scope]
+                table[value] = table.get(value, 0) + n
 
     def room(self, index: int, limit: Limit, value: str) -> int:
         """How many more of `value`'s tasks may start now under limits[index]."""
@@ -67,7 +77,7 @@ def count_queries(
     queries: list[tuple[int | None, QuerySet[Any, Any]]] = []
     if any(limit.concurrency is not None for limit in limits):
         queries.append((None, tasks_of(using).holding_slot(now).order_by().values_list(
-            "queue", "name", "flow__concurrency_key"
+            *SCOPE_COLUMNS.values()
         ).annotate(n=Count("pk"))))
     for index, limit in enumerate(limits):
         if limit.rate is None or limit.per_ms is None:
@@ -89,10 +99,7 @@ def add_rows(counts: Counts, limits: Sequence[Limit], index: int | None, rows: S
     """Add one count_queries read's rows (`index` as it paired them) to `counts`."""
     if index is None:
         for queue, name, key, n in rows:
-            counts.by_queue[queue] = counts.by_queue.get(queue, 0) + n
-            counts.by_name[name] = counts.by_name.get(name, 0) + n
-            if key is not None:
-                counts.by_key[key] = counts.by_key.get(key, 0) + n
+            counts.add_running(queue, name, key, n)
         return
     starts: dict[str, int] = {}
     oldest: dict[str, int] = {}

@@ -28,7 +28,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from django.db import connections
 from django.db.models import QuerySet
@@ -37,9 +37,11 @@ from ..models import FlowStart
 from ..records import Limit, TaskRecord
 from . import sql
 from .executor import Executor
-from .limit_counts import Counts, read_counts, scope_value
-from .postgres_engine import Engine
+from .limit_counts import SCOPE_COLUMNS, Counts, read_counts, scope_value
 from .protocol_statements import CLAIM_IDS, paused_queues_of, tasks_of
+
+if TYPE_CHECKING:
+    from .leases import LeaseOperations
 
 # How many candidates one read of the claim looks at: enough that tasks held
 # back by a limit do not hide the ones behind them, bounded so a claim never
@@ -112,10 +114,8 @@ class _Pick:
         self.keys: dict[str, str | None] = {}  # each taken task's concurrency key
         self.held = 0
         self.retry_at: int | None = None
-        # Scopes found full: the next read leaves them out.
-        self.full_queues: set[str] = set()
-        self.full_names: set[str] = set()
-        self.full_keys: set[str] = set()
+        # Values found full, by scope: the next read leaves them out.
+        self.full: dict[str, set[str]] = {scope: set() for scope in SCOPE_COLUMNS}
 
     @property
     def names_left(self) -> list[str] | None:
@@ -138,10 +138,6 @@ class _Pick:
                 return draw
         return None
 
-    def _full(self, limit: Limit, value: str) -> None:
-        target = {"queue": self.full_queues, "name": self.full_names}.get(limit.scope, self.full_keys)
-        target.add(value)
-
     def _blocked(self, index: int, limit: Limit, value: str) -> bool:
         """Is `value`'s slot or window under `limit` used up (and if so, note it full)?"""
         counts = self.counts
@@ -151,7 +147,7 @@ class _Pick:
             if counts.starts.get(index, {}).get(value, 0) >= limit.rate:
                 opens = counts.oldest[index].get(value, counts.now) + limit.per_ms
                 self.retry_at = opens if self.retry_at is None else min(self.retry_at, opens)
-        self._full(limit, value)
+        self.full.get(limit.scope, self.full["key_prefix"]).add(value)
         return True
 
     def offer(self, task_id: str, queue: str, name: str, key: str | None) -> None:
@@ -172,10 +168,7 @@ class _Pick:
         self.taken.append(task_id)
         self.keys[task_id] = key
         counts = self.counts
-        counts.by_queue[queue] = counts.by_queue.get(queue, 0) + 1
-        counts.by_name[name] = counts.by_name.get(name, 0) + 1
-        if key is not None:
-            counts.by_key[key] = counts.by_key.get(key, 0) + 1
+        counts.add_running(queue, name, key)
         for index, limit, value in applying:
             if limit.rate is not None:
                 counts.starts.setdefault(index, {})[value] = counts.starts.get(index, {}).get(value, 0) + 1
@@ -184,152 +177,142 @@ class _Pick:
             self._blocked(index, limit, value)
 
 
-class LimitedClaims:
-    """The limited claim over one executor (LeaseOperations.claim_limited calls it)."""
+# When each alias's limited claims next prune the start log (time.monotonic()).
+_prune_at: dict[str, float] = {}
 
-    def __init__(self, executor: Executor, engine: Engine) -> None:
-        self.executor = executor
-        self.engine = engine
-        self.using = executor.using
-        self._prune_at = 0.0
 
-    def claim(
-        self,
-        limits: Sequence[Limit],
-        queues: Sequence[str],
-        worker_id: str,
-        lease_ms: int,
-        plan: Sequence[tuple[Sequence[str] | None, int]],
-        recover: Any,
-        announce_sql: tuple[str, list[Any]] | None,
-        in_force: Sequence[Limit] = (),
-    ) -> LimitedClaim:
-        """Lock, recover, count, pick, claim and log the starts: one transaction.
+def claim(
+    store: LeaseOperations,
+    limits: Sequence[Limit],
+    queues: Sequence[str],
+    worker_id: str,
+    lease_ms: int,
+    plan: Sequence[tuple[Sequence[str] | None, int]],
+    announce_sql: tuple[str, list[Any]] | None,
+    in_force: Sequence[Limit],
+) -> LimitedClaim:
+    """Lock, recover, count, pick, claim and log the starts: one transaction (LeaseOperations.claim_limited).
 
-        `limits` are those that can apply to this claim; `in_force`, every
-        limit in force, tells the pruning of the start log what to keep.
-        """
-        executor = self.executor
-        executor.verify_protocol()
-        window = max(_WINDOW_MIN, _WINDOW_PER_SLOT * sum(n for _, n in plan))
-        with executor.atomic():
-            # The first read leaves nothing out: on PostgreSQL it goes with the
-            # lock and the counts, before they are known.
-            first = self._candidate_query(queues, _Pick(limits, Counts(0), plan), window)
-            # PostgreSQL: the lock, the recovery, the counts and this read in one round trip.
-            found = self.engine.lock_recover_count(limits, first)
-            first_rows: list[tuple[str, str, str, str | None]] | None = None
-            if found is None:
-                now = self._lock()
-                recover()
-                counts = read_counts(self.using, limits, now)
+    `limits` are those that can apply to this claim; `in_force`, every
+    limit in force, tells the pruning of the start log what to keep.
+    """
+    store.verify_protocol()
+    window = max(_WINDOW_MIN, _WINDOW_PER_SLOT * sum(n for _, n in plan))
+    with store.atomic():
+        # The first read leaves nothing out: on PostgreSQL it goes with the
+        # lock and the counts, before they are known.
+        first = _candidate_query(store.using, queues, _Pick(limits, Counts(0), plan), window)
+        # PostgreSQL: the lock, the recovery, the counts and this read in one round trip.
+        found = store.engine.lock_recover_count(limits, first)
+        first_rows: list[tuple[str, str, str, str | None]] | None = None
+        if found is None:
+            now = _lock(store)
+            store.recover_leases()
+            counts = read_counts(store.using, limits, now)
+        else:
+            counts, first_rows = found
+        now = counts.now
+        pick = _Pick(limits, counts, plan)
+        for _ in range(_ROUNDS):
+            names = pick.names_left
+            if pick.wants <= 0 or names == []:
+                break
+            excluded = sum(map(len, pick.full.values()))
+            if first_rows is not None:
+                rows, first_rows = first_rows, None
             else:
-                counts, first_rows = found
-            now = counts.now
-            pick = _Pick(limits, counts, plan)
-            for _ in range(_ROUNDS):
-                names = pick.names_left
-                if pick.wants <= 0 or names == []:
+                rows = list(_candidate_query(store.using, queues, pick, window))
+            for task_id, queue, name, key in rows:
+                pick.offer(task_id, queue, name, key)
+                if pick.wants <= 0:
                     break
-                excluded = (len(pick.full_queues), len(pick.full_names), len(pick.full_keys))
-                if first_rows is not None:
-                    rows, first_rows = first_rows, None
-                else:
-                    rows = list(self._candidate_query(queues, pick, window))
-                for task_id, queue, name, key in rows:
-                    pick.offer(task_id, queue, name, key)
-                    if pick.wants <= 0:
-                        break
-                more = (len(pick.full_queues), len(pick.full_names), len(pick.full_keys)) != excluded
-                # Another read only helps when this one was cut by the window
-                # and found a scope (or a draw) full that the next leaves out.
-                if len(rows) < window or not (more or pick.names_left != names):
-                    break
-            tasks: list[TaskRecord] = []
-            if pick.taken:
-                tasks = executor.records(
-                    CLAIM_IDS, {"worker_id": worker_id, "lease_ms": lease_ms}, (len(pick.taken),),
-                    [{"id": task_id} for task_id in pick.taken],
-                )
-                # The log records the starts that happened: the claim
-                # re-checks each row's status, though the candidates' locks
-                # (the database's, on SQLite) leave nothing to change them.
-                # One row per task and rate-limited (scope, value): two prefixes
-                # matching one key share its rows, as they count the same starts.
-                # Logged at the claim's own clock reading (the rows'
-                # updated_at_ms, at or after `now`): the log then says exactly
-                # when each task started, and counting from `now` stays exact,
-                # as no other limited claim runs between the two readings.
-                started = [
-                    FlowStart(scope=scope, value=value, started_at_ms=task.updated_at_ms)
-                    for task in tasks for scope, value in _rated(limits, task, pick.keys[task.id])
-                ]
-                if started:
-                    FlowStart.objects.using(self.using).bulk_create(started)
-            self._prune(limits, in_force or limits, now)
-            if announce_sql is not None:
-                executor.run_sql(*announce_sql)
-        retry_in = None if pick.retry_at is None else max(1, pick.retry_at - now)
-        return LimitedClaim(tasks, pick.held, retry_in)
-
-    def _lock(self) -> int:
-        """Take the fleet's limited-claim lock where the database needs one; now, in epoch ms, after it.
-
-        SQLite's BEGIN IMMEDIATE already holds the database's one write lock.
-        The reading must follow the lock, so that every earlier limited claim
-        has committed and logged its starts at or before it; the claim's own
-        rows are then stamped at or after it.
-        """
-        executor = self.executor
-        if not executor.dialect.has_advisory_locks:
-            return executor.clock_ms()
-        with connections[self.using].cursor() as cursor:
-            cursor.execute(sql.LIMITED_CLAIM_LOCK)
-            return int(cursor.fetchone()[0])
-
-    def _candidate_query(self, queues: Sequence[str], pick: _Pick, window: int) -> QuerySet[Any, Any]:
-        """Due tasks in claim order, less the scopes found full, locked (PostgreSQL) for the claim."""
-        rows = tasks_of(self.using).claimable(list(queues), pick.names_left).exclude(
-            queue__in=paused_queues_of(self.using)
-        )
-        if pick.full_queues:
-            rows = rows.exclude(queue__in=sorted(pick.full_queues))
-        if pick.full_names:
-            rows = rows.exclude(name__in=sorted(pick.full_names))
-        if pick.full_keys:
-            rows = rows.exclude(flow__concurrency_key__in=sorted(pick.full_keys))
+            more = sum(map(len, pick.full.values())) != excluded
+            # Another read only helps when this one was cut by the window
+            # and found a scope (or a draw) full that the next leaves out.
+            if len(rows) < window or not (more or pick.names_left != names):
+                break
+        tasks: list[TaskRecord] = []
         if pick.taken:
-            rows = rows.exclude(id__in=pick.taken)
-        # FOR UPDATE OF the task rows only: the flow row is on the nullable side of a join.
-        locked = rows.values_list("id", "queue", "name", "flow__concurrency_key")[:window]
-        return locked.select_for_update(skip_locked=True, of=("self",))
+            tasks = store.records(
+                CLAIM_IDS, {"worker_id": worker_id, "lease_ms": lease_ms}, (len(pick.taken),),
+                [{"id": task_id} for task_id in pick.taken],
+            )
+            # The log records the starts that happened: the claim
+            # re-checks each row's status, though the candidates' locks
+            # (the database's, on SQLite) leave nothing to change them.
+            # One row per task and rate-limited (scope, value): two prefixes
+            # matching one key share its rows, as they count the same starts.
+            # Logged at the claim's own clock reading (the rows'
+            # updated_at_ms, at or after `now`): the log then says exactly
+            # when each task started, and counting from `now` stays exact,
+            # as no other limited claim runs between the two readings.
+            started = [
+                FlowStart(scope=scope, value=value, started_at_ms=task.updated_at_ms)
+                for task in tasks for scope, value in _rated(limits, task, pick.keys[task.id])
+            ]
+            if started:
+                FlowStart.objects.using(store.using).bulk_create(started)
+        _prune(store.using, limits, in_force or limits, now)
+        if announce_sql is not None:
+            store.run_sql(*announce_sql)
+    retry_in = None if pick.retry_at is None else max(1, pick.retry_at - now)
+    return LimitedClaim(tasks, pick.held, retry_in)
 
-    def _prune(self, limits: Sequence[Limit], in_force: Sequence[Limit], now: int) -> None:
-        """Now and then, drop the starts no window reaches any more.
 
-        Only this claim's rate limits' rows are pruned to their period (a key
-        prefix's to the longest key-prefix period in force: LIKE ignores case
-        on SQLite, so a prefix's rows may include another's). Everything else
-        is kept a day, or the longest period in force: a limit this worker
-        does not know yet must not lose its window.
-        """
-        if time.monotonic() < self._prune_at:
-            return
-        self._prune_at = time.monotonic() + _PRUNE_EVERY_S
-        log = FlowStart.objects.using(self.using)
-        periods = [limit.per_ms or 0 for limit in in_force if limit.rate is not None]
-        log.filter(started_at_ms__lte=now - max([_KEEP_UNCLAIMED_MS, *periods])).delete()
-        prefix_period = max((
-            limit.per_ms or 0 for limit in in_force
-            if limit.rate is not None and limit.scope == "key_prefix"
-        ), default=0)
-        for limit in limits:
-            if limit.rate is None or limit.per_ms is None:
-                continue
-            if limit.scope == "key_prefix":
-                rows = log.filter(scope="key_prefix", value__startswith=limit.value,
-                                  started_at_ms__lte=now - max(limit.per_ms, prefix_period))
-            else:
-                rows = log.filter(scope=limit.scope, value=limit.value, started_at_ms__lte=now - limit.per_ms)
-            rows.delete()
+def _lock(store: Executor) -> int:
+    """Take the fleet's limited-claim lock where the database needs one; now, in epoch ms, after it.
+
+    SQLite's BEGIN IMMEDIATE already holds the database's one write lock.
+    The reading must follow the lock, so that every earlier limited claim
+    has committed and logged its starts at or before it; the claim's own
+    rows are then stamped at or after it.
+    """
+    if not store.dialect.has_advisory_locks:
+        return store.clock_ms()
+    with connections[store.using].cursor() as cursor:
+        cursor.execute(sql.LIMITED_CLAIM_LOCK)
+        return int(cursor.fetchone()[0])
+
+def _candidate_query(using: str, queues: Sequence[str], pick: _Pick, window: int) -> QuerySet[Any, Any]:
+    """Due tasks in claim order, less the scopes found full, locked (PostgreSQL) for the claim."""
+    rows = tasks_of(using).claimable(list(queues), pick.names_left).exclude(
+        queue__in=paused_queues_of(using)
+    )
+    for scope, column in SCOPE_COLUMNS.items():
+        if pick.full[scope]:
+            rows = rows.exclude(**{f"{column}__in": sorted(pick.full[scope])})
+    if pick.taken:
+        rows = rows.exclude(id__in=pick.taken)
+    # FOR UPDATE OF the task rows only: the flow row is on the nullable side of a join.
+    locked = rows.values_list("id", "queue", "name", "flow__concurrency_key")[:window]
+    return locked.select_for_update(skip_locked=True, of=("self",))
+
+def _prune(using: str, limits: Sequence[Limit], in_force: Sequence[Limit], now: int) -> None:
+    """Now and then, drop the starts no window reaches any more.
+
+    Only this claim's rate limits' rows are pruned to their period (a key
+    prefix's to the longest key-prefix period in force: LIKE ignores case
+    on SQLite, so a prefix's rows may include another's). Everything else
+    is kept a day, or the longest period in force: a limit this worker
+    does not know yet must not lose its window.
+    """
+    if time.monotonic() < _prune_at.get(using, 0.0):
+        return
+    _prune_at[using] = time.monotonic() + _PRUNE_EVERY_S
+    log = FlowStart.objects.using(using)
+    periods = [limit.per_ms or 0 for limit in in_force if limit.rate is not None]
+    log.filter(started_at_ms__lte=now - max([_KEEP_UNCLAIMED_MS, *periods])).delete()
+    prefix_period = max((
+        limit.per_ms or 0 for limit in in_force
+        if limit.rate is not None and limit.scope == "key_prefix"
+    ), default=0)
+    for limit in limits:
+        if limit.rate is None or limit.per_ms is None:
+            continue
+        if limit.scope == "key_prefix":
+            rows = log.filter(scope="key_prefix", value__startswith=limit.value,
+                              started_at_ms__lte=now - max(limit.per_ms, prefix_period))
+        else:
+            rows = log.filter(scope=limit.scope, value=limit.value, started_at_ms__lte=now - limit.per_ms)
+        rows.delete()
 

@@ -144,47 +144,37 @@ def _build_purge_ids(using: str, count: int) -> Template:
     return delete_sql(tasks_of(using).filter(one_of("id", ids)).terminal(), (F("id"),))
 
 
-def _build_has_claimable(using: str, queues: int, names: int | None) -> Template:
-    probe = (
-        ProtocolMeta.objects.using(using)
-        .filter(key="protocol_version")
-        .annotate(
-            work=Exists(_claimable(using, queues, names).order_by()),
-            expired=Exists(tasks_of(using).expired_leases()),
-        )
-        .values_list("work", "expired")
-    )
-    return select_sql(probe)
+def _build_probe(using: str, queues: int, names: int | None, due: bool) -> Template:
+    """Is there claimable work or an expired lease (HAS_CLAIMABLE)?
 
-
-def _build_idle_probe(using: str, queues: int, names: int | None) -> Template:
-    """HAS_CLAIMABLE plus how long until the earliest queued task of these names falls due.
-
-    An idle worker sleeps until then (runner.py) instead of finding a delayed
+    With `due` (IDLE_PROBE), also how long until the earliest queued task of
+    these names falls due: an idle worker sleeps until then (runner.py) instead of finding a delayed
     task or a retry at its next rare poll. The earliest run_at of the
     not-yet-due rows is read from the claim index's (queue, status[, name])
     range; priority comes before run_at in the index, so it is a scan of the
     queued, not-yet-due rows of these names, which an idle worker's queues
     hold only as delayed work.
     """
-    future = (
-        tasks_of(using)
-        .queued()
-        .filter(one_of("queue", _texts("q", queues)), run_at_ms__gt=NowMs())
-        .exclude(queue__in=paused_queues_of(using))
-    )
-    if names is not None:
-        future = future.filter(one_of("name", _texts("n", names)))
-    earliest = future.order_by("run_at_ms").values("run_at_ms")[:1]
+    columns: dict[str, Any] = {
+        "work": Exists(_claimable(using, queues, names).order_by()),
+        "expired": Exists(tasks_of(using).expired_leases()),
+    }
+    if due:
+        future = (
+            tasks_of(using)
+            .queued()
+            .filter(one_of("queue", _texts("q", queues)), run_at_ms__gt=NowMs())
+            .exclude(queue__in=paused_queues_of(using))
+        )
+        if names is not None:
+            future = future.filter(one_of("name", _texts("n", names)))
+        earliest = future.order_by("run_at_ms").values("run_at_ms")[:1]
+        columns["due_in_ms"] = Subquery(earliest) - NowMs()
     probe = (
         ProtocolMeta.objects.using(using)
         .filter(key="protocol_version")
-        .annotate(
-            work=Exists(_claimable(using, queues, names).order_by()),
-            expired=Exists(tasks_of(using).expired_leases()),
-            due_in_ms=Subquery(earliest) - NowMs(),
-        )
-        .values_list("work", "expired", "due_in_ms")
+        .annotate(**columns)
+        .values_list(*columns)
     )
     return select_sql(probe)
 
@@ -259,8 +249,8 @@ RETRY = Statement(lambda using: _returning_row(
 POINT_KEY = Statement(_build_point_key)
 PURGE = Statement(_build_purge)
 PURGE_IDS = Statement(_build_purge_ids)
-HAS_CLAIMABLE = Statement(_build_has_claimable)
-IDLE_PROBE = Statement(_build_idle_probe)
+HAS_CLAIMABLE = Statement(lambda using, queues, names: _build_probe(using, queues, names, due=False))
+IDLE_PROBE = Statement(lambda using, queues, names: _build_probe(using, queues, names, due=True))
 RECOVER = Statement(_build_recover)
 CLAIM = Statement(_build_claim)
 CLAIM_IDS = Statement(_build_claim_ids)

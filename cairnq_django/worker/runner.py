@@ -333,7 +333,7 @@ class Worker:
         """Keep the planner's statistics fresh (without them SQLite skips the lease index)."""
         try:
             with self._write_gate:
-                self.store.executor.refresh_statistics()
+                self.store.refresh_statistics()
         except Exception as exc:  # stale statistics cost speed, never correctness
             self.report(exc, phase="statistics")
 

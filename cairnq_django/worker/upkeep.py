@@ -82,7 +82,7 @@ class TableUpkeep:
 
     def _vacuum(self) -> None:
         try:
-            rows = self.store.executor.vacuum_tasks()
+            rows = self.store.vacuum_tasks()
             if rows is None:
                 self.enabled = False
                 logger.warning(

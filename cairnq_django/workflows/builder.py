@@ -109,7 +109,7 @@ class Workflow:
         steps, parents = self._checked(store)
         with transaction.atomic(using=store.using, savepoint=False):
             if self.key is not None:
-                store.executor.lock_key("cairnq.workflow:" + self.key)
+                store.lock_key("cairnq.workflow:" + self.key)
                 running = WorkflowRow.objects.using(store.using).filter(
                     key=self.key, state="running"
                 ).order_by("-created_at_ms").first()

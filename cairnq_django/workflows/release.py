@@ -60,7 +60,7 @@ def after_settle(
     if marker is None or row.status not in TERMINAL_STATUSES:
         return
     values = {"step": marker["step"], "workflow": marker["workflow"], "task": row.id, "state": row.status}
-    if not store.executor.run(END_STEP, values):
+    if not store.run(END_STEP, values):
         return
     if grafts and row.status == "succeeded":
         from .grafting import write_grafts  # a graft is rare; its module loads when used
@@ -120,7 +120,7 @@ def _waiting_children(
     if len(outcome) == 1:
         # One parent, the usual settle: an edge is unique per (parent, child), so it is each child's only one.
         [(parent, status)] = outcome.items()
-        children = [_child(row) for row in store.executor.run(WAITING_CHILDREN, {"parent": parent})]
+        children = [_child(row) for row in store.run(WAITING_CHILDREN, {"parent": parent})]
         return children, {child.pk: [status] for child in children}
     steps = WorkflowStep.objects.using(store.using)
     children = [_child(row) for row in waiting_children(steps, Q(parent_id__in=list(outcome)))]
@@ -145,7 +145,7 @@ def _count_down(store: ApplicationOperations, counted: dict[int, list[str]]) -> 
     """Lower the waiting counts: `counted` maps a decrement to the steps it applies to."""
     for by, pks in counted.items():
         if len(pks) == 1:  # a fan-in's parent ending: its one child
-            store.executor.run(COUNT_DOWN_STEP, {"step": pks[0], "by": by})
+            store.run(COUNT_DOWN_STEP, {"step": pks[0], "by": by})
         else:
             WorkflowStep.objects.using(store.using).filter(pk__in=pks).update(pending=F("pending") - by)
 
@@ -166,7 +166,7 @@ def release(store: ApplicationOperations, due: Sequence[WorkflowStep]) -> None:
         specs.append(spec)
         step.task_id, step.state, step.pending = spec["id"], "released", 0
     if len(due) == 1:
-        store.executor.run(RELEASE_STEP, {"step": due[0].pk, "task": due[0].task_id})
+        store.run(RELEASE_STEP, {"step": due[0].pk, "task": due[0].task_id})
     else:
         # One statement per batch, not one per step: a fan-out releases thousands at once.
         WorkflowStep.objects.using(store.using).bulk_update(
@@ -185,7 +185,7 @@ def _count_down_workflow(
     """
     if not closed:
         return
-    [(state, concurrency)] = store.executor.run(
+    [(state, concurrency)] = store.run(
         COUNT_DOWN_WORKFLOW,
         {"workflow": workflow_id, "closed": closed, "unsuccessful": unsuccessful},
         shape=(unsuccessful > 0,),
