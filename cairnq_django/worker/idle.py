@@ -254,11 +254,7 @@ class IdlePolicy:
         """Sleep a poll interval on the wakeup, cut short by a wake, a due time or a call that ended."""
         release(self._using)  # a pooled connection is not held while idle
         self.seek_seat(True)
-        idle_s = idle_poll_s(self._poll_ms, self.wakeup.healthy)
-        if self.held_wait_s is not None:
-            # Some tasks were held back by a limit: look again when it may let them go.
-            idle_s = min(idle_s, self.held_wait_s)
-        deadline = time.monotonic() + idle_s
+        deadline = time.monotonic() + idle_poll_s(self._poll_ms, self.wakeup.healthy)
         while not self._stopping():
             now = time.monotonic()
             remaining = deadline - now
@@ -269,8 +265,6 @@ class IdlePolicy:
             if remaining <= 0 or self._changed.is_set() and self._recheck_on_call_end():
                 if remaining <= 0:
                     logger.debug("Idle worker %s polls: its poll interval ran out.", self._worker_id)
-                # Tasks a limit held back were due: the claim need not probe first.
-                self.work_likely = self.work_likely or self.held_wait_s is not None
                 return
             step = min(remaining, SLICE_S, *(() if due is None else (due - now,)))
             # Where the signal cannot tell delayed work from due work (SQLite), a
