@@ -8,7 +8,7 @@ queues and names says so on a channel of this package's own,
 transaction of its own and is only delivered if the claim committed): the
 claim's last statement NOTIFYs when nothing claimable is left for the
 worker's queues and names (store/protocol_statements.py, drained_notify_sql). A
-worker that lets a recent winner go first (see worker/pacing.py) waits a
+worker that lets a recent winner go first (see worker/idle.py) waits a
 moment for that announcement and, when it comes, does not claim.
 
 `cairnq_queued` and its payload (the queue name) are the protocol's and stay

@@ -1,7 +1,7 @@
 """A fleet of idle workers costs the database what one costs: no herd, rare polls, two sessions.
 
 - Every NOTIFY reaches every idle worker; only about one of them claims
-  (worker/pacing.py, drained.py).
+  (worker/idle.py, drained.py).
 - With healthy wakeups an idle worker probes every few poll intervals, not
   every one.
 - An idle worker process holds two sessions (its loop's and its listener's):
@@ -20,11 +20,11 @@ from cairnq_django.drained import DRAINED_CHANNEL, announcement, drained_key
 from cairnq_django.wakeup import PostgresWakeup, get_wakeup
 from cairnq_django.wakeup.postgres import postgres_params
 from cairnq_django.worker import Registry, Worker
-from cairnq_django.worker.pacing import (
+from cairnq_django.worker.idle import (
     DEFER_FIRST_S,
     DEFER_MAX_S,
     HEALTHY_POLL_FACTOR,
-    WakePacing,
+    PollTurn,
     idle_poll_s,
 )
 from tests.workerutil import WorkerProcess, wait_for
@@ -33,17 +33,25 @@ only_postgres = pytest.mark.skipif(connection.vendor != "postgresql", reason="LI
 
 
 # ------------------------------------------------------------------ decisions
+def _woken_claim(worker, started):
+    """As if `worker`'s claim answering a wake started `started` calls."""
+    turn = PollTurn(likely=False, woken=True, due_wake=False)
+    worker._idle.end_poll(turn, started, filled=False, pending=False)
+
+
 def test_a_worker_that_won_claims_at_once_and_one_that_lost_defers_longer_each_time():
-    pacing = WakePacing(random.Random(1))
-    assert pacing.deferral_s() == 0
-    pacing.woken_claim(started=0)
-    first = pacing.deferral_s()
+    worker = Worker(registry=Registry(), concurrency=1, scheduler=False)
+    pacing = worker._idle
+    pacing._rng = random.Random(1)
+    assert pacing._deferral_s() == 0
+    _woken_claim(worker, started=0)
+    first = pacing._deferral_s()
     assert DEFER_FIRST_S <= first <= 2 * DEFER_FIRST_S
     for _ in range(10):
-        pacing.woken_claim(started=0)
-    assert DEFER_MAX_S <= pacing.deferral_s() <= 2 * DEFER_MAX_S
-    pacing.woken_claim(started=1)
-    assert pacing.deferral_s() == 0
+        _woken_claim(worker, started=0)
+    assert DEFER_MAX_S <= pacing._deferral_s() <= 2 * DEFER_MAX_S
+    _woken_claim(worker, started=1)
+    assert pacing._deferral_s() == 0
 
 
 def test_healthy_wakeups_stretch_the_idle_poll_with_jitter():
@@ -164,8 +172,8 @@ def test_a_task_enqueued_while_the_only_worker_defers_is_still_run(live_store):
     reg.register("herd.noop", lambda ctx, payload: "ran")
     worker = Worker(registry=reg, concurrency=1, scheduler=False)
     for _ in range(10):
-        worker._idle.pacing.woken_claim(started=0)  # as if it lost many races
-    assert worker._idle.pacing.defers
+        _woken_claim(worker, started=0)  # as if it lost many races
+    assert worker._idle._defer_s > 0
     threads = _start([worker])
     try:
         assert get_wakeup("default").ready(10)
@@ -264,7 +272,7 @@ def test_a_worker_that_lost_races_waits_for_an_announcement_only_when_peers_anno
     reg = Registry()
     reg.register("herd.noop", lambda ctx, payload: None)
     worker = Worker(registry=reg, concurrency=1, scheduler=False)
-    worker._idle.pacing.woken_claim(started=0)  # it lost a race
+    _woken_claim(worker, started=0)  # it lost a race
     worker._idle.wakeup = _Announcements(peers)
     # Alone, the race was lost to its own earlier claim: it claims at once.
     assert worker._idle._stand_down(0) is peers
@@ -299,7 +307,7 @@ def test_an_announcement_heard_before_the_wake_does_not_stand_a_worker_down(live
     # Polls minutes apart: the task runs only if the wake is answered.
     worker = Worker(registry=reg, concurrency=1, scheduler=False, poll_ms=60_000)
     for _ in range(10):
-        worker._idle.pacing.woken_claim(started=0)  # it lost many races
+        _woken_claim(worker, started=0)  # it lost many races
     key = drained_key(worker.queues, worker.handlers)
     wakeup = get_wakeup("default")
     threads = _start([worker])

@@ -5,13 +5,34 @@ next. It keeps what one poll tells the next (work is likely, the claim
 answers a wake or a due time, work was left behind, a limit held tasks back)
 and the waits between polls: for a slot when the worker is full, after a
 claim a limit held back, the idle sleep on the wakeup (cut short by a wake,
-a due time or a call that ended), the deferral after a wake (pacing.py),
-the listening seat (wakeup/seats.py), and the reconnect backoff.
+a due time or a call that ended), the deferral after a wake, the listening
+seat (wakeup/seats.py), and the reconnect backoff.
+
+Two of its decisions pace an idle worker's database work so a fleet costs
+what one worker costs:
+
+- Who answers a wake. Every seated worker (wakeup/seats.py: two per
+  configuration by default, every worker with CAIRNQ["LISTENERS"] = None)
+  hears every `cairnq_queued` notification. A worker whose last woken
+  claim took something claims at
+  once; one whose woken claim found nothing (another worker was faster)
+  defers: it waits a short, jittered, growing moment for the winner's
+  "drained" announcement (drained.py) and claims only if none comes. It
+  defers only once it has heard another worker announce: alone, a lost race
+  was to its own earlier claim. So one task costs about one claim
+  however many workers sleep, and work that outlasts one claim (no
+  announcement: the winner filled its slots) still reaches the deferring
+  workers within the deferral.
+- How often an idle worker polls. With healthy wakeups a poll only catches
+  what no notification announces (a delay or retry falling due, an expired
+  lease), so it runs POLL_INTERVAL x HEALTHY_POLL_FACTOR apart, with jitter
+  so a fleet started together does not poll together.
 """
 
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -24,7 +45,6 @@ from ..store.leases import LeaseOperations
 from ..wakeup import Wakeup, get_wakeup
 from .due import DueTimes
 from .inflight import InFlight
-from .pacing import WakePacing, held_back_wait_s, idle_poll_s
 
 logger = logging.getLogger("cairnq_django.worker")
 
@@ -37,6 +57,29 @@ _DB_RETRY_MAX_S = 2.0
 SLICE_S = 0.2
 # A task due this little before an idle sleep's end is left to that end.
 _DUE_EARLY_WAKE_S = 0.005
+# The first deferral after a lost race, its cap, and the jitter spread
+# (each deferral is drawn from [d, d * (1 + DEFER_JITTER)]).
+DEFER_FIRST_S = 0.02
+DEFER_MAX_S = 0.16
+DEFER_JITTER = 1.0
+# With healthy wakeups a poll runs this many poll intervals apart, +-25 %.
+HEALTHY_POLL_FACTOR = 5
+POLL_JITTER = 0.25
+# Held back by a flow limit (flow/limits.py): the claim left due tasks queued
+# because a concurrency limit was full or a rate window used up. The worker
+# then waits this long at most before claiming again (a call of its own
+# ending, or the rate window opening, cuts it short), instead of answering
+# every wake or change with a claim that the limits answer with nothing. It
+# is also how late a slot freed by another worker's task is seen at worst.
+HELD_BACK_WAIT_S = 1.0
+
+
+def idle_poll_s(poll_ms: int, healthy_wakeups: bool, rng: random.Random | None = None) -> float:
+    """How long an idle worker sleeps before its next poll (a wake ends it sooner)."""
+    if not healthy_wakeups:
+        return poll_ms / 1000
+    draw = (rng or random).uniform(1 - POLL_JITTER, 1 + POLL_JITTER)
+    return max(0.0, poll_ms * HEALTHY_POLL_FACTOR / 1000 * draw)
 
 
 @dataclass(frozen=True)
@@ -45,7 +88,7 @@ class PollTurn:
 
     #: Work is likely: the claim skips the read-only probe.
     likely: bool
-    #: The claim answers a wake (pacing.py learns from its outcome).
+    #: The claim answers a wake (end_poll learns from its outcome).
     woken: bool
     #: The claim answers a due time (the next one is learnt after it).
     due_wake: bool
@@ -88,9 +131,11 @@ class IdlePolicy:
         self._seeking_seat = False
         self.work_likely = False
         # Whether the next claim answers a wake, and this worker's turn after
-        # one (pacing.py): the fleet's answer to one NOTIFY is about one claim.
+        # one: at once (0: it won the last race) or after a deferral of about
+        # `_defer_s`. The fleet's answer to one NOTIFY is about one claim.
         self.woken = False
-        self.pacing = WakePacing()
+        self._defer_s = 0.0
+        self._rng = random.Random()  # noqa: S311 - jitter, not secrets
         # Whether the last poll may have left claimable work behind (it filled
         # its slots, or a name's limit kept it from drawing): only then is a
         # call ending a reason to look again before a wake says so.
@@ -101,7 +146,7 @@ class IdlePolicy:
         self.due = DueTimes()
         self.due_wake = False
         # How long to hold off after a claim flow limits held back
-        # (pacing.held_back_wait_s; None: they did not).
+        # (held_back; None: they did not).
         self.held_wait_s: float | None = None
         self._retry_s = _DB_RETRY_FIRST_S
 
@@ -145,8 +190,13 @@ class IdlePolicy:
         return turn.woken and self.wakeup.hears_drained
 
     def held_back(self, retry_in_ms: int | None) -> None:
-        """A claim of this poll left due tasks to a flow limit."""
-        wait_s = held_back_wait_s(retry_in_ms)
+        """A claim of this poll left due tasks to a flow limit.
+
+        Wait until its rate window opens, at most HELD_BACK_WAIT_S.
+        """
+        wait_s = HELD_BACK_WAIT_S
+        if retry_in_ms is not None:
+            wait_s = min(HELD_BACK_WAIT_S, max(0.001, retry_in_ms / 1000))
         self.held_wait_s = wait_s if self.held_wait_s is None else min(self.held_wait_s, wait_s)
 
     def end_poll(self, turn: PollTurn, started: int, *, filled: bool, pending: bool) -> None:
@@ -154,7 +204,9 @@ class IdlePolicy:
         self.work_likely = filled
         self.left_work = filled or pending or self.held_wait_s is not None
         if turn.woken:
-            self.pacing.woken_claim(started)
+            # A woken claim that took something claims at once next time; one
+            # that lost the race defers, longer each time in a row.
+            self._defer_s = 0.0 if started else min(DEFER_MAX_S, max(DEFER_FIRST_S, self._defer_s * 2))
         if (turn.due_wake or turn.likely and not started) and not self.left_work:
             # The due time just answered is spent, or a claim that skipped the
             # probe found nothing (a wake may have announced a delayed task):
@@ -254,11 +306,7 @@ class IdlePolicy:
         """Sleep a poll interval on the wakeup, cut short by a wake, a due time or a call that ended."""
         release(self._using)  # a pooled connection is not held while idle
         self.seek_seat(True)
-        idle_s = idle_poll_s(self._poll_ms, self.wakeup.healthy)
-        if self.held_wait_s is not None:
-            # Some tasks were held back by a limit: look again when it may let them go.
-            idle_s = min(idle_s, self.held_wait_s)
-        deadline = time.monotonic() + idle_s
+        deadline = time.monotonic() + idle_poll_s(self._poll_ms, self.wakeup.healthy, self._rng)
         while not self._stopping():
             now = time.monotonic()
             remaining = deadline - now
@@ -269,8 +317,6 @@ class IdlePolicy:
             if remaining <= 0 or self._changed.is_set() and self._recheck_on_call_end():
                 if remaining <= 0:
                     logger.debug("Idle worker %s polls: its poll interval ran out.", self._worker_id)
-                # Tasks a limit held back were due: the claim need not probe first.
-                self.work_likely = self.work_likely or self.held_wait_s is not None
                 return
             step = min(remaining, SLICE_S, *(() if due is None else (due - now,)))
             # Where the signal cannot tell delayed work from due work (SQLite), a
@@ -305,7 +351,7 @@ class IdlePolicy:
 
     def _stand_down(self, drained_before: int) -> bool:
         """After a wake: whether a faster worker took all the work while this one deferred."""
-        deferral = self.pacing.deferral_s()
+        deferral = self._deferral_s()
         if deferral <= 0 or not self.wakeup.hears_drained:
             return False
         # Alone on these queues and names, a lost race was to this worker's own
@@ -313,6 +359,10 @@ class IdlePolicy:
         if not self.wakeup.peers_announced(self.drained_key, self._worker_id):
             return False
         return self.wakeup.wait_for_drained(self.drained_key, drained_before, deferral)
+
+    def _deferral_s(self) -> float:
+        """How long to wait for a winner's announcement before claiming (0: claim now)."""
+        return self._defer_s * self._rng.uniform(1.0, 1.0 + DEFER_JITTER)
 
     def seek_seat(self, seeking: bool) -> None:
         """Tell the wakeup whether this worker wants to hear new tasks (wakeup/seats.py)."""
