@@ -121,3 +121,26 @@ def test_a_stopping_worker_ends_the_retries(live_store, monkeypatch):
     time.sleep(0.2)
     settler.stop(timeout=0.1)
     assert len(outcome) == 1 and isinstance(outcome[0], OperationalError)
+
+
+def test_items_of_a_broken_group_are_written_alone_with_the_same_retries(live_store, monkeypatch):
+    first, second = [run(live_store, name=f"t{i}", worker="w1") for i in range(2)]
+    real = live_store.complete_encoded_many
+    calls = []
+
+    def refuse_groups_then_drop(items):
+        calls.append(len(items))
+        if len(items) > 1:
+            raise RuntimeError("one row poisons the group")
+        if len(calls) <= 4:  # the first item's first three writes alone fail on the connection
+            raise OperationalError("server closed the connection unexpectedly")
+        return real(items)
+
+    monkeypatch.setattr(live_store, "complete_encoded_many", refuse_groups_then_drop)
+    settler = Settler(
+        live_store, write_gate=threading.Lock(), lease_expired_by=lambda _id: time.monotonic() + 60,
+    )
+    outcomes = [Outcome(first.id), Outcome(second.id)]
+    settler._write_group([o.item for o in outcomes])
+    assert [o.result().status for o in outcomes] == ["succeeded", "succeeded"]
+    assert calls == [2, 1, 1, 1, 1, 1]

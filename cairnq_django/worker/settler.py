@@ -244,10 +244,8 @@ class Settler:
                 len(group), exc,
             )
             for item in group:
-                try:
-                    item.set_result(self._write_alone(item.task_id, item.worker_id, item.result_json))
-                except Exception as one_exc:
-                    item.set_exception(one_exc)
+                # A group of one: a lost connection is retried as for any group.
+                self._write_group([item])
             return
         self.groups += 1
         self.settled += sum(row is not None for row in rows)
@@ -294,7 +292,6 @@ class Settler:
         """The items worth another write; the others get `exc` as their outcome."""
         now = time.monotonic()
         keep = []
-        exc.cairnq_retried = True  # type: ignore[attr-defined]  # execution.py: no retry of its own
         for item in group:
             expired_by = self._lease_expired_by(item.task_id) if self._lease_expired_by else None
             if expired_by is not None and give_up_at is not None:
