@@ -138,18 +138,31 @@ def test_a_broken_group_is_retried_one_by_one(live_store, settler, monkeypatch):
         return real(items)
 
     monkeypatch.setattr(live_store, "complete_encoded_many", refuse_groups)
+    outcomes = {}
     group = [
-        settler_item(first.id),
-        settler_item(second.id),
+        settler_item(first.id, outcomes),
+        settler_item(second.id, outcomes),
     ]
     settler._write_group(group)
-    assert [item.future.result().status for item in group] == ["succeeded", "succeeded"]
+    assert [result(outcomes[item.task_id]).status for item in group] == ["succeeded", "succeeded"]
 
 
-def settler_item(task_id):
+def settler_item(task_id, outcomes):
+    """A settler item whose callback records (row, error) in `outcomes` under its task id."""
     from cairnq_django.worker.settler import _Item
 
-    return _Item(task_id, "w1", None)
+    def then(row, error):
+        outcomes[task_id] = (row, error)
+
+    return _Item(task_id, "w1", None, then)
+
+
+def result(outcome):
+    """The row of a (row, error) outcome, or its error raised."""
+    row, error = outcome
+    if error is not None:
+        raise error
+    return row
 
 
 def test_complete_later_hands_each_outcome_to_its_callback_after_the_commit(live_store):

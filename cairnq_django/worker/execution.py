@@ -22,7 +22,6 @@ from functools import partial
 from typing import Any
 
 from django.db import close_old_connections
-from django.db.utils import InterfaceError, OperationalError
 
 from .. import signals
 from ..errors import LostLease, SerializationError, Snooze
@@ -173,7 +172,7 @@ class Execution:
             self._guarded(ctx, partial(self._complete, ctx, value))
         self.ended(call)
 
-    def _complete_later(self, call: Call, result: Any, *, retry: bool = True) -> bool:
+    def _complete_later(self, call: Call, result: Any) -> bool:
         """Hand a returned one-task call's completion to the settler; whether it was taken.
 
         The handler thread then moves on instead of sleeping until the group
@@ -194,32 +193,20 @@ class Execution:
             return False  # complete_unsettled fails the task for it
         if not ctx.settlement.begin_completion():
             return False
-        then = partial(self._completed_later, call, ctx, result, encoded, retry)
+        then = partial(self._completed_later, call, ctx)
         if not self.complete_later(ctx.task_id, ctx.worker_id, encoded, then):
             ctx.settlement.end_completion(None)  # nothing was written: the usual path writes it
             return False
         return True
 
     def _completed_later(
-        self, call: Call, ctx: TaskContext, result: Any, encoded: str | None, retry: bool,
-        row: TaskRecord | None, error: BaseException | None,
+        self, call: Call, ctx: TaskContext, row: TaskRecord | None, error: BaseException | None,
     ) -> None:
-        """On the settler thread: the outcome of a completion _complete_later handed over."""
+        """On the settler thread: the outcome of a completion _complete_later handed over.
+
+        A lost connection was already retried by the settler while the lease lasted.
+        """
         try:
-            if (retry and isinstance(error, (OperationalError, InterfaceError))
-                    and not getattr(error, "cairnq_retried", False)):
-                # Worth one more write, as complete_unsettled gives its own:
-                # the handler's work is done, and losing its completion to a
-                # connection the server dropped would run it again.
-                then = partial(self._completed_later, call, ctx, result, encoded, False)
-                if self.complete_later is not None and self.complete_later(
-                    ctx.task_id, ctx.worker_id, encoded, then
-                ):
-                    return  # still settling: the call is released after that write
-                try:  # the settler is stopping: written alone, here
-                    row, error = self.write_completion(ctx.task_id, ctx.worker_id, result), None
-                except Exception as exc:
-                    error = exc
             if error is None:
                 ctx.settlement.end_completion(row)
             elif isinstance(error, LostLease):

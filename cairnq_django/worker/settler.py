@@ -54,73 +54,40 @@ LEASE_SLACK_S = 1.0
 
 
 class _Item:
-    """One completion and its outcome, which the settler sets once and the handler waits for.
+    """One completion, whose outcome the settler sets once and passes to its callback."""
 
-    A bare lock, held from creation until the outcome is set, is the whole
-    hand-off: a concurrent.futures.Future would build a Condition, its lock and
-    a waiter lock for every task.
-    """
-
-    __slots__ = (
-        "task_id", "worker_id", "result_json", "_ready", "_set", "_row", "_error", "_then",
-    )
+    __slots__ = ("task_id", "worker_id", "result_json", "_then", "_set")
 
     def __init__(
         self, task_id: str, worker_id: str, result_json: str | None,
-        then: Callable[[TaskRecord | None, BaseException | None], None] | None = None,
+        then: Callable[[TaskRecord | None, BaseException | None], None],
     ) -> None:
         self.task_id = task_id
         self.worker_id = worker_id
         self.result_json = result_json
-        # With `then`, nobody waits: the outcome is passed to it on the settler thread.
+        # The outcome is passed to it on the settler thread (complete() waits on
+        # a lock that its callback releases).
         self._then = then
-        self._ready: threading.Lock | None = None
-        if then is None:
-            self._ready = threading.Lock()
-            self._ready.acquire()  # released once, when the outcome is set
         self._set = False
-        self._row: TaskRecord | None = None
-        self._error: BaseException | None = None
-
-    @property
-    def future(self) -> _Item:
-        """The item is its own future: `.result()`, `.done()`, `.set_result()` as on a Future."""
-        return self
 
     def done(self) -> bool:
         return self._set
 
     def set_result(self, row: TaskRecord) -> None:
-        self._row = row
-        self._settle()
+        self._settle(row, None)
 
     def set_exception(self, error: BaseException) -> None:
-        self._error = error
-        self._settle()
+        self._settle(None, error)
 
-    def _settle(self) -> None:
+    def _settle(self, row: TaskRecord | None, error: BaseException | None) -> None:
         if self._set:
             raise RuntimeError(f"the completion of {self.task_id} was settled twice")
         self._set = True
-        if self._ready is not None:
-            self._ready.release()
-            return
-        assert self._then is not None  # noqa: S101 - an item has one or the other
         try:
-            self._then(self._row, self._error)
+            self._then(row, error)
         except Exception:
             # The callback reports its own failures; the settler must outlive it.
             logger.exception("Handling the outcome of the completion of %s failed.", self.task_id)
-
-    def result(self) -> TaskRecord:
-        """Block until the outcome is set; return the row or raise the error."""
-        if self._ready is None:
-            raise RuntimeError("this completion's outcome goes to its callback")
-        self._ready.acquire()
-        self._ready.release()  # a second look (there is none today) would not block
-        if self._error is not None:
-            raise self._error
-        return cast(TaskRecord, self._row)
 
 
 class _GaveUp(Exception):
@@ -191,14 +158,25 @@ class Settler:
         Raises SerializationError (before queueing), LostLease, or the
         database error that the group met twice.
         """
-        item = _Item(task_id, worker_id, encode_result(result))
-        with self._open_lock:
-            queued = self._open
-            if queued:
-                self._items.put(item)
-        if not queued:
-            return self._write_alone(item)
-        return item.result()
+        encoded = encode_result(result)
+        # A bare lock, held until the outcome is set, is the whole hand-off: a
+        # concurrent.futures.Future would build a Condition, its lock and a
+        # waiter lock for every task.
+        ready = threading.Lock()
+        ready.acquire()
+        outcome: list[Any] = []
+
+        def then(row: TaskRecord | None, error: BaseException | None) -> None:
+            outcome[:] = row, error
+            ready.release()
+
+        if not self.complete_later(task_id, worker_id, encoded, then):
+            return self._write_alone(task_id, worker_id, encoded)
+        ready.acquire()
+        row, error = outcome
+        if error is not None:
+            raise error
+        return cast(TaskRecord, row)
 
     def complete_later(
         self, task_id: str, worker_id: str, result_json: str | None,
@@ -266,10 +244,8 @@ class Settler:
                 len(group), exc,
             )
             for item in group:
-                try:
-                    item.set_result(self._write_alone(item))
-                except Exception as one_exc:
-                    item.set_exception(one_exc)
+                # A group of one: a lost connection is retried as for any group.
+                self._write_group([item])
             return
         self.groups += 1
         self.settled += sum(row is not None for row in rows)
@@ -316,7 +292,6 @@ class Settler:
         """The items worth another write; the others get `exc` as their outcome."""
         now = time.monotonic()
         keep = []
-        exc.cairnq_retried = True  # type: ignore[attr-defined]  # execution.py: no retry of its own
         for item in group:
             expired_by = self._lease_expired_by(item.task_id) if self._lease_expired_by else None
             if expired_by is not None and give_up_at is not None:
@@ -350,10 +325,10 @@ class Settler:
                     self._committing.subtract(ids)
                     self._committing += Counter()  # drop the ids now at zero
 
-    def _write_alone(self, item: _Item) -> TaskRecord:
-        row = self._write([(item.task_id, item.worker_id, item.result_json)])[0]
+    def _write_alone(self, task_id: str, worker_id: str, result_json: str | None) -> TaskRecord:
+        row = self._write([(task_id, worker_id, result_json)])[0]
         if row is None:
-            raise LostLease(item.task_id)
+            raise LostLease(task_id)
         return row
 
     def _fail_leftovers(self) -> None:
