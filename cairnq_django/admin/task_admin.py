@@ -15,6 +15,8 @@ the task page reads them raw (see task_fields.py).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from django.contrib import admin
@@ -23,6 +25,7 @@ from django.http import HttpRequest, HttpResponse
 from django.urls import URLPattern, path
 from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext_lazy as _
+from django.views.decorators.http import require_GET, require_POST, require_safe
 
 from ..db.dialects import RAW_TEXT_COLUMNS
 from ..humanize import human_duration
@@ -36,8 +39,8 @@ from .display import breakable, compact_time, progress_html, short_id
 from .filters import NameFilter, QueueFilter
 from .task_fields import TaskPageAdmin
 from .views import task_page
-from .views.dashboard import DashboardView
-from .views.stats import StatsView
+from .views.dashboard import dashboard_view
+from .views.stats import stats_view
 
 
 @admin.register(Task)
@@ -139,12 +142,19 @@ class TaskAdmin(TaskPageAdmin):
 
     def get_urls(self) -> list[URLPattern]:
         opts = self.opts
-        stats = self.admin_site.admin_view(StatsView.as_view(model_admin=self))
-        dashboard = self.admin_site.admin_view(DashboardView.as_view(model_admin=self))
+
+        def url(route: str, view: Callable[..., HttpResponse]) -> URLPattern:
+            """`view` at `route` for staff only, named admin:<app>_<model>_<the route's last part>."""
+            name = f"{opts.app_label}_{opts.model_name}_{route.split('/')[-2]}"
+            return path(route, self.admin_site.admin_view(view), name=name)
+
+        # The pages are functions of (self, request, ...), each 405 for a method it does not serve.
         return [
-            path("stats/", stats, name=f"{opts.app_label}_{opts.model_name}_stats"),
-            path("dashboard/", dashboard, name=f"{opts.app_label}_{opts.model_name}_dashboard"),
-            *task_page.urls(self),
+            url("stats/", require_safe(partial(stats_view, self))),
+            url("dashboard/", require_safe(partial(dashboard_view, self))),
+            url("<path:object_id>/cancel/", require_POST(partial(task_page.cancel_view, self))),
+            url("<path:object_id>/retry/", require_POST(partial(task_page.retry_view, self))),
+            url("<path:object_id>/progress/", require_GET(partial(task_page.progress_view, self))),
             *super().get_urls(),
         ]
 

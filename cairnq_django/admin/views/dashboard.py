@@ -25,7 +25,6 @@ from ...observability.flow import SCOPE_LABELS, limit_text, period_text
 from ...observability.overview import Overview, overview
 from ...records import STATUSES, TERMINAL_STATUSES
 from ..task_base import TaskAdminBase
-from . import TaskAdminView
 
 MINUTE_MS = 60_000
 MINUTES = 60
@@ -133,37 +132,34 @@ def _x_labels(minutes: int) -> Iterator[tuple[int, str]]:
     yield minutes - 1, _("now")
 
 
-class DashboardView(TaskAdminView):
+def dashboard_view(model_admin: TaskAdminBase, request: HttpRequest) -> TemplateResponse:
     """Render the dashboard for users who may view tasks."""
-
-    def get(self, request: HttpRequest) -> TemplateResponse:
-        model_admin = self.model_admin
-        model_admin.require_view_permission(request)
-        opts = model_admin.model._meta
-        view = overview(model_admin.using)
-        data = throughput(model_admin.using, view.now_ms)
-        context = {
-            **model_admin.admin_site.each_context(request),
-            "title": _("Task queue dashboard"),
-            "opts": opts,
-            "refresh_s": REFRESH_S,
-            "chart": chart_svg(data),
-            "legend": [(s, COLOURS[s], n) for s, n in data.total.items()],
-            "statuses": STATUSES,
-            "queues": _queue_rows(model_admin, view),
-            "workers": _worker_rows(model_admin, view),
-            "live_workers": sum(w.live for w in view.workers),
-            "changelist_url": model_admin.changelist_url(),
-            **_pause_context(request, view),
-            **_limits_context(request, view),
-            "workflows": _workflow_cells(view),
-            "stats_url": reverse(f"admin:{opts.app_label}_{opts.model_name}_stats"),
-            "media": model_admin.media,
-        }
-        request.current_app = model_admin.admin_site.name
-        return TemplateResponse(
-            request, f"admin/{opts.app_label}/{opts.model_name}/dashboard.html", context
-        )
+    model_admin.require_view_permission(request)
+    opts = model_admin.model._meta
+    view = overview(model_admin.using)
+    data = throughput(model_admin.using, view.now_ms)
+    context = {
+        **model_admin.admin_site.each_context(request),
+        "title": _("Task queue dashboard"),
+        "opts": opts,
+        "refresh_s": REFRESH_S,
+        "chart": chart_svg(data),
+        "legend": [(s, COLOURS[s], n) for s, n in data.total.items()],
+        "statuses": STATUSES,
+        "queues": _queue_rows(model_admin, view),
+        "workers": _worker_rows(model_admin, view),
+        "live_workers": sum(w.live for w in view.workers),
+        "changelist_url": model_admin.changelist_url(),
+        **_pause_context(request, view),
+        **_limits_context(request, view),
+        "workflows": _workflow_cells(view),
+        "stats_url": reverse(f"admin:{opts.app_label}_{opts.model_name}_stats"),
+        "media": model_admin.media,
+    }
+    request.current_app = model_admin.admin_site.name
+    return TemplateResponse(
+        request, f"admin/{opts.app_label}/{opts.model_name}/dashboard.html", context
+    )
 
 
 def _queue_rows(model_admin: TaskAdminBase, view: Overview) -> list[dict[str, Any]]:

@@ -12,52 +12,49 @@ from django.utils.translation import gettext as _
 from ...humanize import human_duration
 from ...records import STATUSES, TERMINAL_STATUSES
 from ...store.admin_reads import queue_stats
-from . import TaskAdminView
+from ..task_base import TaskAdminBase
 
 
-class StatsView(TaskAdminView):
+def stats_view(model_admin: TaskAdminBase, request: HttpRequest) -> TemplateResponse:
     """Render the stats table for users who may view tasks."""
-
-    def get(self, request: HttpRequest) -> TemplateResponse:
-        model_admin = self.model_admin
-        model_admin.require_view_permission(request)
-        opts = model_admin.model._meta
-        link = model_admin.changelist_url
-        queues = queue_stats(model_admin.using)
-        rows = [
-            {
-                "queue": q.queue,
-                "queue_url": link(queue=q.queue),
-                "cells": [
-                    (q.counts[status], link(queue=q.queue, status__exact=status))
-                    for status in STATUSES
-                ],
-                "total": q.total,
-                "oldest_due": (
-                    None if q.oldest_due_age_ms is None else human_duration(q.oldest_due_age_ms)
-                ),
-                "finished": [q.finished_last_hour[status] for status in TERMINAL_STATUSES],
-                "finished_total": q.finished_total,
-            }
-            for q in queues
-        ]
-        context = {
-            **model_admin.admin_site.each_context(request),
-            "title": _("Task queue stats"),
-            "opts": opts,
-            "statuses": STATUSES,
-            "terminal_statuses": TERMINAL_STATUSES,
-            "rows": rows,
-            "totals": [sum(q.counts[status] for q in queues) for status in STATUSES],
-            "total": sum(q.total for q in queues),
-            "finished_totals": [
-                sum(q.finished_last_hour[status] for q in queues) for status in TERMINAL_STATUSES
+    model_admin.require_view_permission(request)
+    opts = model_admin.model._meta
+    link = model_admin.changelist_url
+    queues = queue_stats(model_admin.using)
+    rows = [
+        {
+            "queue": q.queue,
+            "queue_url": link(queue=q.queue),
+            "cells": [
+                (q.counts[status], link(queue=q.queue, status__exact=status))
+                for status in STATUSES
             ],
-            "finished_total": sum(q.finished_total for q in queues),
-            "changelist_url": link(),
-            "media": model_admin.media,
+            "total": q.total,
+            "oldest_due": (
+                None if q.oldest_due_age_ms is None else human_duration(q.oldest_due_age_ms)
+            ),
+            "finished": [q.finished_last_hour[status] for status in TERMINAL_STATUSES],
+            "finished_total": q.finished_total,
         }
-        request.current_app = model_admin.admin_site.name
-        return TemplateResponse(
-            request, f"admin/{opts.app_label}/{opts.model_name}/stats.html", context
-        )
+        for q in queues
+    ]
+    context = {
+        **model_admin.admin_site.each_context(request),
+        "title": _("Task queue stats"),
+        "opts": opts,
+        "statuses": STATUSES,
+        "terminal_statuses": TERMINAL_STATUSES,
+        "rows": rows,
+        "totals": [sum(q.counts[status] for q in queues) for status in STATUSES],
+        "total": sum(q.total for q in queues),
+        "finished_totals": [
+            sum(q.finished_last_hour[status] for q in queues) for status in TERMINAL_STATUSES
+        ],
+        "finished_total": sum(q.finished_total for q in queues),
+        "changelist_url": link(),
+        "media": model_admin.media,
+    }
+    request.current_app = model_admin.admin_site.name
+    return TemplateResponse(
+        request, f"admin/{opts.app_label}/{opts.model_name}/stats.html", context
+    )

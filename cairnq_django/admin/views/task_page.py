@@ -8,14 +8,13 @@ few lines of static JavaScript) and reloads once the task leaves `running`.
 
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import Any
 
 from django.contrib import messages
-from django.contrib.admin.models import CHANGE, LogEntry
 from django.contrib.admin.utils import quote, unquote
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponseRedirect, JsonResponse
-from django.urls import URLPattern, path, reverse
+from django.urls import reverse
 from django.utils.translation import gettext as _
 
 from ...humanize import progress_percent, valid_progress
@@ -25,7 +24,6 @@ from ...store import get_store
 from ...store.admin_reads import task_message
 from ..guarded import acceptable_id
 from ..task_base import TaskAdminBase
-from . import TaskAdminView
 
 PROGRESS_POLL_MS = 1000
 
@@ -62,108 +60,82 @@ def controls(model_admin: TaskAdminBase, request: HttpRequest, task: Task) -> di
     }
 
 
-class _TaskView(TaskAdminView):
-    """A view of one task, named by its quoted id in the URL."""
-
-    def change_url(self, object_id: str) -> str:
-        opts = self.model_admin.opts
-        return reverse(
-            f"admin:{opts.app_label}_{opts.model_name}_change", args=[quote(object_id)]
-        )
-
-    def log(self, request: HttpRequest, task: Any, message: str) -> None:
-        LogEntry.objects.log_actions(
-            # admin_view() lets only logged-in staff in, so the user has a pk.
-            user_id=cast(int, request.user.pk), queryset=[Task(id=task.id, name=task.name)],
-            action_flag=CHANGE, change_message=message,
-        )
+def _acting_on(
+    model_admin: TaskAdminBase, request: HttpRequest, object_id: str, codename: str
+) -> str:
+    """The unquoted id of the task a button acts on, once the user may (403) and it exists (404)."""
+    object_id = unquote(object_id)
+    # View first, as every page of a task checks: without it a user could
+    # act on ids they cannot see, and tell real ids from made-up ones by the answer.
+    model_admin.require_view_permission(request)
+    if not model_admin.has_perm(request, codename):
+        raise PermissionDenied
+    _task_values(model_admin, object_id, "id")
+    return object_id
 
 
-class CancelView(_TaskView):
-    http_method_names = ["post"]
-
-    def post(self, request: HttpRequest, object_id: str) -> HttpResponseRedirect:
-        object_id = unquote(object_id)
-        # View first, as every page of a task checks: without it a user could
-        # act on ids they cannot see, and tell real ids from made-up ones by the answer.
-        self.model_admin.require_view_permission(request)
-        if not self.model_admin.has_cancel_permission(request):
-            raise PermissionDenied
-        _task_values(self.model_admin, object_id, "id")
-        task = get_store(self.model_admin.using).cancel(object_id)
-        if task is None:
-            messages.warning(request, _("The task had already finished; nothing was canceled."))
-        elif task.status == "canceled":
-            self.log(request, task, _("Canceled."))
-            messages.success(request, _("Canceled the task."))
-        else:
-            self.log(request, task, _("Cancel requested."))
-            messages.success(
-                request,
-                _("Asked the running task to stop; it ends canceled when its worker notices."),
-            )
-        return HttpResponseRedirect(self.change_url(object_id))
+def _log(model_admin: TaskAdminBase, request: HttpRequest, task: Any, message: str) -> None:
+    """Log the button's change in the task's history, as Django logs a change."""
+    model_admin.log_change(request, Task(id=task.id, name=task.name), message)
 
 
-class RetryView(_TaskView):
-    http_method_names = ["post"]
-
-    def post(self, request: HttpRequest, object_id: str) -> HttpResponseRedirect:
-        object_id = unquote(object_id)
-        # View first, as every page of a task checks: without it a user could
-        # act on ids they cannot see, and tell real ids from made-up ones by the answer.
-        self.model_admin.require_view_permission(request)
-        if not self.model_admin.has_retry_permission(request):
-            raise PermissionDenied
-        _task_values(self.model_admin, object_id, "id")
-        reset = request.POST.get("reset_attempt") == "1"
-        task = get_store(self.model_admin.using).retry(object_id, reset_attempt=reset)
-        if task is None:
-            messages.warning(request, _("Only a failed or canceled task can be retried."))
-        elif reset:
-            self.log(request, task, _("Retried with attempts reset."))
-            messages.success(request, _("Queued the task again with its attempts reset."))
-        else:
-            self.log(request, task, _("Retried."))
-            messages.success(request, _("Queued the task again."))
-        return HttpResponseRedirect(self.change_url(object_id))
-
-
-class ProgressView(_TaskView):
-    """The running task's status, progress and message as JSON, for the live panel."""
-
-    http_method_names = ["get"]
-
-    def get(self, request: HttpRequest, object_id: str) -> JsonResponse:
-        object_id = unquote(object_id)
-        self.model_admin.require_view_permission(request)
-        row = _task_values(
-            self.model_admin, object_id, "status", "progress", "cancel_requested_at_ms"
-        )
-        progress = valid_progress(row["progress"])
-        return JsonResponse(
-            {
-                "status": row["status"],
-                # NaN and Infinity are not JSON: the panel's JSON.parse would refuse the answer.
-                "progress": progress,
-                "progress_invalid": row["progress"] is not None and progress is None,
-                "message": task_message(self.model_admin.using, object_id),
-                "cancel_requested": row["cancel_requested_at_ms"] is not None,
-            },
-            json_dumps_params={"allow_nan": False},
-        )
-
-
-def urls(model_admin: TaskAdminBase) -> list[URLPattern]:
-    """The per-task URLs, named admin:<app>_<model>_cancel / _retry / _progress."""
+def _back_to_task(model_admin: TaskAdminBase, object_id: str) -> HttpResponseRedirect:
     opts = model_admin.opts
-    wrap = model_admin.admin_site.admin_view
-    prefix = f"{opts.app_label}_{opts.model_name}"
-    return [
-        path("<path:object_id>/cancel/", wrap(CancelView.as_view(model_admin=model_admin)),
-             name=f"{prefix}_cancel"),
-        path("<path:object_id>/retry/", wrap(RetryView.as_view(model_admin=model_admin)),
-             name=f"{prefix}_retry"),
-        path("<path:object_id>/progress/", wrap(ProgressView.as_view(model_admin=model_admin)),
-             name=f"{prefix}_progress"),
-    ]
+    return HttpResponseRedirect(
+        reverse(f"admin:{opts.app_label}_{opts.model_name}_change", args=[quote(object_id)])
+    )
+
+
+def cancel_view(
+    model_admin: TaskAdminBase, request: HttpRequest, object_id: str
+) -> HttpResponseRedirect:
+    object_id = _acting_on(model_admin, request, object_id, "cancel_task")
+    task = get_store(model_admin.using).cancel(object_id)
+    if task is None:
+        messages.warning(request, _("The task had already finished; nothing was canceled."))
+    elif task.status == "canceled":
+        _log(model_admin, request, task, _("Canceled."))
+        messages.success(request, _("Canceled the task."))
+    else:
+        _log(model_admin, request, task, _("Cancel requested."))
+        messages.success(
+            request,
+            _("Asked the running task to stop; it ends canceled when its worker notices."),
+        )
+    return _back_to_task(model_admin, object_id)
+
+
+def retry_view(
+    model_admin: TaskAdminBase, request: HttpRequest, object_id: str
+) -> HttpResponseRedirect:
+    object_id = _acting_on(model_admin, request, object_id, "retry_task")
+    reset = request.POST.get("reset_attempt") == "1"
+    task = get_store(model_admin.using).retry(object_id, reset_attempt=reset)
+    if task is None:
+        messages.warning(request, _("Only a failed or canceled task can be retried."))
+    elif reset:
+        _log(model_admin, request, task, _("Retried with attempts reset."))
+        messages.success(request, _("Queued the task again with its attempts reset."))
+    else:
+        _log(model_admin, request, task, _("Retried."))
+        messages.success(request, _("Queued the task again."))
+    return _back_to_task(model_admin, object_id)
+
+
+def progress_view(model_admin: TaskAdminBase, request: HttpRequest, object_id: str) -> JsonResponse:
+    """The running task's status, progress and message as JSON, for the live panel."""
+    object_id = unquote(object_id)
+    model_admin.require_view_permission(request)
+    row = _task_values(model_admin, object_id, "status", "progress", "cancel_requested_at_ms")
+    progress = valid_progress(row["progress"])
+    return JsonResponse(
+        {
+            "status": row["status"],
+            # NaN and Infinity are not JSON: the panel's JSON.parse would refuse the answer.
+            "progress": progress,
+            "progress_invalid": row["progress"] is not None and progress is None,
+            "message": task_message(model_admin.using, object_id),
+            "cancel_requested": row["cancel_requested_at_ms"] is not None,
+        },
+        json_dumps_params={"allow_nan": False},
+    )
