@@ -102,9 +102,8 @@ def test_a_different_protocol_major_is_refused(protocol_version_2):
 
 
 def test_a_row_read_in_column_order_decodes_as_from_row_does():
-    """encoding.record's fast path (TaskRecord.from_sequence) against from_row."""
+    """The store's fast path (TaskRecord.from_sequence) against from_row."""
     from cairnq_django.records import COLUMNS, TaskRecord
-    from cairnq_django.store.encoding import record
 
     rows = [
         ("task_1", "n", "default", "queued", "{}", None, None, "{}", None, None,
@@ -116,10 +115,10 @@ def test_a_row_read_in_column_order_decodes_as_from_row_does():
          1, 1, 0, "w", 9, 1, None, None, "task_3", None, 1, 1, None),
     ]
     for row in rows:
-        fast, slow = record(row), TaskRecord.from_row(dict(zip(COLUMNS, row, strict=True)))
+        fast, slow = TaskRecord.from_sequence(row), TaskRecord.from_row(dict(zip(COLUMNS, row, strict=True)))
         assert fast == slow
         assert [type(getattr(fast, c)) for c in COLUMNS] == [type(getattr(slow, c)) for c in COLUMNS]
         with pytest.raises(AttributeError):  # still frozen
             fast.status = "succeeded"  # type: ignore[misc]
     with pytest.raises(ValueError):
-        record(rows[0][:-1])
+        TaskRecord.from_sequence(rows[0][:-1])

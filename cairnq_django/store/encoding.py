@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
 from .. import jsoncodec
@@ -60,9 +59,3 @@ def error_json(error: Any, retryable: bool) -> str:
                 retryable=bool(retryable),
             )
         )
-
-
-
-def record(row: Sequence[Any]) -> TaskRecord:
-    """A task row, columns in records.COLUMNS order, as a TaskRecord."""
-    return TaskRecord.from_sequence(row)

@@ -22,7 +22,6 @@ from ..records import PROTOCOL_VERSION, TaskRecord
 from ..tables import known_missing_tables
 from . import sql
 from .django_private import is_client_binding, returns_rows, run_batch, select_sql
-from .encoding import record
 from .protocol_statements import task_columns, tasks_of
 from .statement_cache import Statement
 from .timeouts import statement_prefix
@@ -97,7 +96,7 @@ class Executor:
                 shape: tuple[Any, ...] = (),
                 rows: Sequence[Mapping[str, Any]] = ()) -> list[TaskRecord]:
         """Run a statement that returns whole task rows, as records."""
-        return [record(row) for row in self.run(statement, values, shape, rows)]
+        return [TaskRecord.from_sequence(row) for row in self.run(statement, values, shape, rows)]
 
     def record(self, statement: Statement, values: dict[str, Any] | None = None,
                shape: tuple[Any, ...] = ()) -> TaskRecord | None:
@@ -111,7 +110,7 @@ class Executor:
         sql_text, params = select_sql(task_columns(queryset))
         with connections[self.using].cursor() as cursor:
             cursor.execute(sql_text, params)
-            return [record(row) for row in cursor.fetchall()]
+            return [TaskRecord.from_sequence(row) for row in cursor.fetchall()]
 
     def tasks(self) -> TaskQuerySet:
         """The Task QuerySet of this alias (querysets.TaskQuerySet)."""

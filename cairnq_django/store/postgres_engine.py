@@ -26,7 +26,7 @@ from django.db.models import QuerySet
 from ..records import Limit, TaskRecord, TaskSpec
 from . import attempts, sql
 from .django_private import driver_copy, is_client_binding, run_batch, select_sql
-from .encoding import LEASE_EXPIRED, inserted_record, record
+from .encoding import LEASE_EXPIRED, inserted_record
 from .limit_counts import Counts, add_rows, count_queries
 from .protocol_statements import CLAIM, RECOVER, claim_shape, drained_notify_sql, draw_values
 from .timeouts import statement_prefix
@@ -110,8 +110,8 @@ class PostgresEngine(Engine):
             # Past the SET LOCAL, if any; the drained NOTIFY's row is not read.
             results = run_batch(cursor, text, params, skip=0 if prefix is None else 1, read=2)
         # The recovery's own rows come back anyway; nearly always none.
-        recovered = [record(row) for row in results[0]]
-        claimed = [record(row) for row in results[1]]
+        recovered = [TaskRecord.from_sequence(row) for row in results[0]]
+        claimed = [TaskRecord.from_sequence(row) for row in results[1]]
         # That query has committed: the lost attempts' rows follow in a
         # transaction of their own (a crash in between leaves them
         # "unrecorded" in the history, the tasks themselves settled right).
@@ -148,7 +148,7 @@ class PostgresEngine(Engine):
         for (index, _), rows in zip(queries, counted, strict=True):
             add_rows(counts, limits, index, rows)
         # Still inside the claim's transaction: the lost attempts commit with their recovery.
-        attempts.record_lost(self.using, [record(row) for row in recovered])
+        attempts.record_lost(self.using, [TaskRecord.from_sequence(row) for row in recovered])
         return counts, [(row[0], row[1], row[2], row[3]) for row in candidates]
 
     def copy_insert(self, specs: Sequence[TaskSpec]) -> list[TaskRecord] | None:
