@@ -493,9 +493,7 @@ class PostgresWakeup(Waits):
                 self._done_waiting -= 1
 
     def close(self) -> None:
-        with self._cond:
-            self._closed = True
-            self._wake_all()
+        super().close()
         self._stop.set()
         self._poke()
         thread = self._thread

@@ -370,9 +370,7 @@ class SQLiteWakeup(Waits):
                 return True
 
     def close(self) -> None:
-        with self._cond:
-            self._closed = True
-            self._wake_all()
+        super().close()
         watch = self._watch
         if watch is not None:
             watch.interrupt()
