@@ -123,6 +123,12 @@ class Waits(Wakeup):
     def closed(self) -> bool:
         return self._closed
 
+    def close(self) -> None:
+        """Mark this wakeup closed and wake every waiter (the kinds then stop their thread)."""
+        with self._cond:
+            self._closed = True
+            self._wake_all()
+
     def _wake_all(self) -> None:
         """Wake every waiter, threads and coroutines (call with the lock held)."""
         self._cond.notify_all()

@@ -30,13 +30,7 @@ from ..records import DONE_CHANNEL, QUEUED_CHANNEL
 from ..store import sql
 from .base import RECONNECT_INITIAL_S, RECONNECT_MAX_S, Waits
 from .probe import PROBE_CHANNEL, DeliveryProbe, describe
-from .seats import (
-    GIVE_UP_SEAT_SQL,
-    SeatBook,
-    give_up_seat_params,
-    take_seat_params,
-    take_seat_sql,
-)
+from .seats import SeatBook, give_up_seat, take_seat
 
 logger = logging.getLogger("cairnq_django.wakeup")
 
@@ -324,7 +318,7 @@ class PostgresWakeup(Waits):
         for key in releases:
             self._give_up_seat(conn, key)
         for key in tries:
-            row = conn.execute(take_seat_sql(self._seats), take_seat_params(key, self._seats)).fetchone()
+            row = conn.execute(*take_seat(key, self._seats)).fetchone()
             with self._cond:
                 self._book.took(key, row[0], now)
         return bool(releases or tries)
@@ -333,7 +327,7 @@ class PostgresWakeup(Waits):
         with self._cond:
             seat = self._book.held.get(key)
         if seat is not None:
-            conn.execute(GIVE_UP_SEAT_SQL, give_up_seat_params(key, seat, self._seats))
+            conn.execute(*give_up_seat(key, seat, self._seats))
         with self._cond:
             self._book.gave_up(key)
 
@@ -493,9 +487,7 @@ class PostgresWakeup(Waits):
                 self._done_waiting -= 1
 
     def close(self) -> None:
-        with self._cond:
-            self._closed = True
-            self._wake_all()
+        super().close()
         self._stop.set()
         self._poke()
         thread = self._thread

@@ -38,7 +38,6 @@ class DeliveryProbe:
         # Where the listener connects, as the warning should name it.
         self.target = target
         self._send = send
-        self.timeout_s = PROBE_TIMEOUT_S
         self._token: str | None = None
         self._deadline = 0.0
         # None until a probe has been answered or has timed out.
@@ -47,7 +46,7 @@ class DeliveryProbe:
     def start(self) -> None:
         """Send a new probe (the listener has just LISTENed)."""
         token = uuid.uuid4().hex
-        self._token, self._deadline = token, time.monotonic() + self.timeout_s
+        self._token, self._deadline = token, time.monotonic() + PROBE_TIMEOUT_S
         try:
             self._send(token)
         except Exception as exc:  # the producer side is down: the listener learns soon enough
@@ -88,7 +87,7 @@ class DeliveryProbe:
             "connection to PostgreSQL with settings.CAIRNQ['LISTEN_DATABASE'] (a DATABASES "
             "alias, or a connection string such as 'host=db.internal port=5432'); see "
             "'Behind PgBouncer' in docs/database-setup.md.",
-            self.alias, self.target, self.timeout_s,
+            self.alias, self.target, PROBE_TIMEOUT_S,
         )
 
 

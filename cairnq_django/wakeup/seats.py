@@ -58,8 +58,8 @@ def seat_lock_ids(key: str, seats: int) -> list[int]:
     return ids
 
 
-def take_seat_sql(seats: int) -> str:
-    """One statement that takes the first free seat of a key and says which (NULL: none).
+def take_seat(key: str, seats: int) -> tuple[str, list[int]]:
+    """One statement that takes the first free seat of `key` and says which (NULL: none).
 
     CASE evaluates its branches in order and stops at the first true one, so
     at most one lock is taken; `seats` pairs of parameters (space, id).
@@ -67,21 +67,15 @@ def take_seat_sql(seats: int) -> str:
     branches = " ".join(
         f"WHEN pg_try_advisory_lock(%s, %s) THEN {seat}" for seat in range(seats)
     )
-    return f"SELECT CASE {branches} END"
-
-
-GIVE_UP_SEAT_SQL = "SELECT pg_advisory_unlock(%s, %s)"
-
-
-def take_seat_params(key: str, seats: int) -> list[int]:
     params: list[int] = []
     for lock_id in seat_lock_ids(key, seats):
         params += [SEAT_LOCK_SPACE, lock_id]
-    return params
+    return f"SELECT CASE {branches} END", params
 
 
-def give_up_seat_params(key: str, seat: int, seats: int) -> list[int]:
-    return [SEAT_LOCK_SPACE, seat_lock_ids(key, seats)[seat]]
+def give_up_seat(key: str, seat: int, seats: int) -> tuple[str, list[int]]:
+    """The statement that releases seat number `seat` of `key`."""
+    return "SELECT pg_advisory_unlock(%s, %s)", [SEAT_LOCK_SPACE, seat_lock_ids(key, seats)[seat]]
 
 
 @dataclass

@@ -225,6 +225,10 @@ class SQLiteWakeup(Waits):
             )
         self.broken = str(exc)
         self.failures += 1
+        self._drop_db()
+
+    def _drop_db(self) -> None:
+        """Close the watcher's connection; the next read opens a new one."""
         with self._db_lock:
             if self._db is not None:
                 self._db.close()
@@ -279,10 +283,7 @@ class SQLiteWakeup(Waits):
                 time.sleep(interval)
         if self._watch is not None:
             self._watch.close()
-        with self._db_lock:
-            if self._db is not None:
-                self._db.close()
-                self._db = None
+        self._drop_db()
 
     def _has_queued(self, queues: Sequence[str], due_before: float | None = None) -> bool:
         """Return whether queued work on `queues` is due, or falls due before `due_before` (monotonic).
@@ -314,6 +315,10 @@ class SQLiteWakeup(Waits):
         except sqlite3.Error:
             return unsure
 
+    def _changed_from(self, seen: int) -> Callable[[], bool]:
+        """A predicate for _wait_until/_await_until: a change was counted after `seen`."""
+        return lambda: self._changes != seen
+
     def _wait_for_change(self, check: Callable[[], bool], timeout_s: float) -> bool:
         """Wait until a change passes `check`; changes since this thread's last wait count."""
         if not self._start():
@@ -323,14 +328,7 @@ class SQLiteWakeup(Waits):
         with self._cond:
             seen = getattr(self._local, "changes", self._changes)
         woken = False
-        while True:
-            target = seen
-
-            def changed(target: int = target) -> bool:
-                return self._changes != target
-
-            if not self._wait_until(changed, deadline - time.monotonic()):
-                break
+        while self._wait_until(self._changed_from(seen), deadline - time.monotonic()):
             with self._cond:
                 seen = self._changes
             if check():
@@ -363,12 +361,7 @@ class SQLiteWakeup(Waits):
         with self._cond:
             seen = self._changes
         while True:
-            target = seen
-
-            def changed(target: int = target) -> bool:
-                return self._changes != target
-
-            if not await self._await_until(changed, deadline - loop.time()):
+            if not await self._await_until(self._changed_from(seen), deadline - loop.time()):
                 return False
             with self._cond:
                 seen = self._changes
@@ -377,16 +370,11 @@ class SQLiteWakeup(Waits):
                 return True
 
     def close(self) -> None:
-        with self._cond:
-            self._closed = True
-            self._wake_all()
+        super().close()
         watch = self._watch
         if watch is not None:
             watch.interrupt()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=2)
-        with self._db_lock:
-            if self._db is not None:
-                self._db.close()
-                self._db = None
+        self._drop_db()
