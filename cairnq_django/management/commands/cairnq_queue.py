@@ -34,7 +34,8 @@ from ...records import STATUSES
 from ...retention.durations import cli_duration
 from ...store import get_store
 from ...tables import known_missing_tables
-from ...validators import INT32_MAX, cli_database, cli_integer
+from ...validators import INT32_MAX, cli_integer
+from .. import add_database_argument
 
 QUEUE_ACTIONS = ("list", "pause", "resume")
 LIMIT_ACTIONS = ("limits", "limit", "unlimit")
@@ -158,10 +159,7 @@ examples:
             "Default: 1s.",
         )
         parser.add_argument("--json", action="store_true", help="With list or limits: print JSON.")
-        parser.add_argument(
-            "--database", metavar="ALIAS", type=cli_database,
-            help="Database alias holding the CairnQ tables. Default: CAIRNQ['DATABASE'].",
-        )
+        add_database_argument(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
         using = options["database"] or cairnq_settings.DATABASE
