@@ -33,7 +33,7 @@ from ...observability.flow import (
 from ...records import STATUSES
 from ...retention.durations import cli_duration
 from ...store import get_store
-from ...tables import known_missing_tables
+from ...tables import check_tables
 from ...validators import INT32_MAX, cli_integer
 from .. import add_database_argument
 
@@ -165,10 +165,8 @@ examples:
         using = options["database"] or cairnq_settings.DATABASE
         action, queue = options["action"], options["queue"]
         self._check_combination(action, queue, options)
-        missing = known_missing_tables(using)
-        if missing:
-            raise CommandError(str(TablesMissing(using, missing)))
         try:
+            check_tables(using)
             if action == "list":
                 self._list(using, options["json"])
             elif action == "pause":
@@ -186,7 +184,7 @@ examples:
                 self._limits(using, options["json"])
             else:
                 self._limit(action, using, options)
-        except ValueError as exc:
+        except (ValueError, TablesMissing) as exc:
             raise CommandError(str(exc)) from None
         except DatabaseError as exc:
             text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
