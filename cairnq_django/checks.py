@@ -36,7 +36,7 @@ def check_settings(
 ) -> list[CheckMessage]:
     """Report every settings.CAIRNQ value the queue cannot run with, before it runs."""
     errors: list[CheckMessage] = []
-    user = getattr(settings, "CAIRNQ", None) or {}
+    user = cairnq_settings.user_settings()
     if not isinstance(user, dict):
         return [Error("settings.CAIRNQ must be a dict.", id="cairnq.E001")]
     for key in sorted(set(user) - set(DEFAULTS)):
@@ -199,8 +199,7 @@ def check_database(
     app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
 ) -> list[CheckMessage]:
     """Check the queue's database alias and, for SQLite, its concurrency options."""
-    user = getattr(settings, "CAIRNQ", None)
-    if not isinstance(user, dict) and user is not None:
+    if not isinstance(cairnq_settings.user_settings(), dict):
         return []  # cairnq.E001 already says so
     alias = cairnq_settings.DATABASE
     if not isinstance(alias, str) or alias not in settings.DATABASES:
@@ -354,7 +353,7 @@ def check_schedule(
     app_configs: Sequence[AppConfig] | None = None, **kwargs: Any
 ) -> list[CheckMessage]:
     """settings.CAIRNQ['SCHEDULE'] (cairnq.E030), and the tasks it names (cairnq.E031)."""
-    user = getattr(settings, "CAIRNQ", None)
+    user = cairnq_settings.user_settings()
     if not isinstance(user, dict) or user.get("SCHEDULE") is None:
         return []
     schedules, faults = read_schedule(user["SCHEDULE"])

@@ -78,7 +78,7 @@ def row_options(
     priority: int | None = None,
 ) -> RowOptions:
     """Each option as given, else as `name`'s handler declares it, else the protocol default."""
-    found = _declared.get(name) or _NOTHING
+    found = declared(name)
     return RowOptions(
         queue=_first(queue, found.queue, DEFAULT_QUEUE),
         max_attempts=_first(max_attempts, found.max_attempts, DEFAULT_MAX_ATTEMPTS),

@@ -16,6 +16,7 @@ worker runs.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -203,7 +204,7 @@ def _parse_one(name: Any, spec: Any) -> Schedule:
             f"{where} has no 'task'.", hint="Name the task to enqueue, e.g. 'reports.build'."
         )
     task = spec["task"]
-    _label(where, "task", task, MAX_NAME_LENGTH)
+    _check(where, "task", check_label, "task", task, MAX_NAME_LENGTH)
     has_cron, has_every = "cron" in spec, "every" in spec
     if has_cron == has_every:
         raise ScheduleConfigError(
@@ -257,23 +258,17 @@ def _parse_one(name: Any, spec: Any) -> Schedule:
             raise ScheduleConfigError(f"{where}['metadata'] is not JSON: {exc}") from None
         options["metadata"] = dict(metadata)
     if "queue" in spec:
-        _label(where, "queue", spec["queue"], MAX_QUEUE_LENGTH)
+        _check(where, "queue", check_label, "queue", spec["queue"], MAX_QUEUE_LENGTH)
         options["queue"] = spec["queue"]
     if "key" in spec and spec["key"] is not None:
-        _label(where, "key", spec["key"], MAX_KEY_LENGTH)
+        _check(where, "key", check_label, "key", spec["key"], MAX_KEY_LENGTH)
         options["key"] = spec["key"]
     for option, minimum in (("priority", INT32_MIN), ("max_attempts", 1)):
         if option in spec:
-            try:
-                check_int32(option, spec[option], minimum=minimum)
-            except ValueError as exc:
-                raise ScheduleConfigError(f"{where}['{option}']: {exc}") from None
+            _check(where, option, check_int32, option, spec[option], minimum=minimum)
             options[option] = spec[option]
     if "conflict" in spec:
-        try:
-            options["conflict"] = check_conflict(spec["conflict"])
-        except ValueError as exc:
-            raise ScheduleConfigError(f"{where}['conflict']: {exc}") from None
+        options["conflict"] = _check(where, "conflict", check_conflict, spec["conflict"])
     if "missed" in spec:
         if spec["missed"] not in MISSED_POLICIES:
             raise ScheduleConfigError(
@@ -287,9 +282,10 @@ def _parse_one(name: Any, spec: Any) -> Schedule:
     return Schedule(name=name, task=task, timing=timing, **options)
 
 
-def _label(where: str, option: str, value: Any, max_length: int) -> None:
+def _check(where: str, option: str, check: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """check(*args, **kwargs), a validators check; its ValueError names spec[option]."""
     try:
-        check_label(option, value, max_length)
+        return check(*args, **kwargs)
     except ValueError as exc:
         raise ScheduleConfigError(f"{where}['{option}']: {exc}") from None
 

@@ -15,9 +15,9 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 
 from cairnq_django.conf import cairnq_settings
+from cairnq_django.management import add_database_argument
 from cairnq_django.observability.health import check
 from cairnq_django.retention import cli_duration
-from cairnq_django.validators import cli_database
 
 DEFAULT_MAX_AGE_MS = 300_000
 
@@ -42,10 +42,7 @@ class Command(BaseCommand):
             "--queue", "-q", action="append", dest="queues", metavar="QUEUE",
             help="Check only this queue; repeat for several. Default: every queue.",
         )
-        parser.add_argument(
-            "--database", default=None, type=cli_database,
-            help="Database alias of the queue. Default: CAIRNQ['DATABASE'].",
-        )
+        add_database_argument(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
         health = check(

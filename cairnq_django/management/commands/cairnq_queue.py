@@ -33,8 +33,9 @@ from ...observability.flow import (
 from ...records import STATUSES
 from ...retention.durations import cli_duration
 from ...store import get_store
-from ...tables import known_missing_tables
-from ...validators import INT32_MAX, cli_database, cli_integer
+from ...tables import check_tables
+from ...validators import INT32_MAX, cli_integer
+from .. import add_database_argument
 
 QUEUE_ACTIONS = ("list", "pause", "resume")
 LIMIT_ACTIONS = ("limits", "limit", "unlimit")
@@ -158,19 +159,14 @@ examples:
             "Default: 1s.",
         )
         parser.add_argument("--json", action="store_true", help="With list or limits: print JSON.")
-        parser.add_argument(
-            "--database", metavar="ALIAS", type=cli_database,
-            help="Database alias holding the CairnQ tables. Default: CAIRNQ['DATABASE'].",
-        )
+        add_database_argument(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
         using = options["database"] or cairnq_settings.DATABASE
         action, queue = options["action"], options["queue"]
         self._check_combination(action, queue, options)
-        missing = known_missing_tables(using)
-        if missing:
-            raise CommandError(str(TablesMissing(using, missing)))
         try:
+            check_tables(using)
             if action == "list":
                 self._list(using, options["json"])
             elif action == "pause":
@@ -188,7 +184,7 @@ examples:
                 self._limits(using, options["json"])
             else:
                 self._limit(action, using, options)
-        except ValueError as exc:
+        except (ValueError, TablesMissing) as exc:
             raise CommandError(str(exc)) from None
         except DatabaseError as exc:
             text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

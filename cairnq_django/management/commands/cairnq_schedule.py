@@ -10,7 +10,8 @@ from ...conf import cairnq_settings
 from ...schedules import state
 from ...schedules.config import ScheduleConfigError
 from ...schedules.overview import find_schedule, schedule_views
-from ...validators import cli_database, cli_integer
+from ...validators import cli_integer
+from .. import add_database_argument
 
 ACTIONS = ("list", "run", "pause", "resume")
 
@@ -36,10 +37,7 @@ class Command(BaseCommand):
             "--next", type=cli_integer(maximum=MAX_NEXT), default=1, metavar="N", dest="count",
             help="With list: show the next N occurrences of each schedule (default 1).",
         )
-        parser.add_argument(
-            "--database", metavar="ALIAS", type=cli_database,
-            help="Database alias holding the CairnQ tables. Default: CAIRNQ['DATABASE'].",
-        )
+        add_database_argument(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
         using = options["database"] or cairnq_settings.DATABASE

@@ -12,12 +12,12 @@ from cairnq_django.conf import cairnq_settings
 from cairnq_django.errors import CairnQError, TablesMissing
 from cairnq_django.humanize import human_duration as format_duration
 from cairnq_django.humanize import progress_percent, valid_progress
+from cairnq_django.management import add_database_argument
 from cairnq_django.observability.flow import limits_table, usage_row
 from cairnq_django.observability.overview import Overview, overview
 from cairnq_django.observability.presence import package_version
 from cairnq_django.records import STATUSES
 from cairnq_django.tables import known_missing_tables
-from cairnq_django.validators import cli_database
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -122,10 +122,7 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--json", action="store_true", help="Print JSON instead of tables.")
-        parser.add_argument(
-            "--database", default=None, type=cli_database,
-            help="Database alias of the queue. Default: CAIRNQ['DATABASE'].",
-        )
+        add_database_argument(parser)
 
     def handle(self, *args: Any, **options: Any) -> None:
         alias = options["database"] or cairnq_settings.DATABASE

@@ -13,6 +13,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser, OutputWrapper
 
 from cairnq_django.conf import cairnq_settings
+from cairnq_django.management import add_database_argument
 from cairnq_django.records import TERMINAL_STATUSES
 from cairnq_django.retention import (
     SETTING,
@@ -24,7 +25,7 @@ from cairnq_django.retention import (
     parse_retention,
     rules_for_overrides,
 )
-from cairnq_django.validators import cli_database, cli_integer
+from cairnq_django.validators import cli_integer
 
 
 class Progress:
@@ -117,10 +118,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--name", action="append", default=[], help="Only this task name (repeatable)."
         )
-        parser.add_argument(
-            "--database", type=cli_database,
-            help="Database alias (default: settings.CAIRNQ['DATABASE']).",
-        )
+        add_database_argument(parser)
         parser.add_argument(
             "--batch-size", metavar="N", type=cli_integer(),
             help="Rows per delete statement (default: settings.CAIRNQ['SWEEP_BATCH_SIZE']).",

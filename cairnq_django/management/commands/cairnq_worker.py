@@ -16,8 +16,9 @@ from django.db import connections
 from ...conf import cairnq_settings
 from ...errors import ProtocolVersionMismatch, TablesMissing
 from ...observability import DEFAULT_METRICS_ADDR
-from ...validators import cli_database, cli_integer
+from ...validators import cli_integer
 from ...worker import Worker, WorkerOptions
+from .. import add_database_argument
 from ..worker_checks import run_worker_checks
 
 if TYPE_CHECKING:
@@ -87,11 +88,7 @@ class Command(BaseCommand):
             help="Drain what is claimable now, wait for it to finish, then exit 0 "
             "(for tests, cron and CI). Tasks scheduled for later are left queued.",
         )
-        parser.add_argument(
-            "--database", metavar="ALIAS", type=cli_database,
-            help="Database alias holding the CairnQ tables. Default: CAIRNQ['DATABASE'] "
-            f"({s.DATABASE!r}).",
-        )
+        add_database_argument(parser)
         parser.add_argument(
             "--sweep", action="store_true",
             help="Also run the retention sweeper (CAIRNQ['RETENTION']) in this process.",
