@@ -25,7 +25,7 @@ from ..models import Workflow, WorkflowEdge, WorkflowStep
 from ..workflows.control import RETRY_MODES, cancel_workflow, retry_workflow
 from ..workflows.reads import WorkflowRun
 from ..workflows.steps import InvalidWorkflow
-from .display import compact_time
+from .display import compact_time, time_field
 from .guarded import GuardedAdmin, acceptable_id, refuse_nul
 from .views.workflow_graph import graph_svg
 
@@ -44,13 +44,8 @@ class WorkflowAdmin(GuardedAdmin):
     def progress(self, run: Workflow) -> str:
         return f"{run.steps_total - run.steps_open}/{run.steps_total}"
 
-    @admin.display(description=gettext_lazy("created"), ordering="created_at_ms")
-    def created(self, run: Workflow) -> str:
-        return compact_time(run.created_at_ms)
-
-    @admin.display(description=gettext_lazy("finished"), ordering="finished_at_ms")
-    def finished(self, run: Workflow) -> str:
-        return compact_time(run.finished_at_ms)
+    created = time_field("created_at_ms", gettext_lazy("created"), compact_time, "created_at_ms")
+    finished = time_field("finished_at_ms", gettext_lazy("finished"), compact_time, "finished_at_ms")
 
     # Django's @admin.action(permissions=["manage_workflow"]) asks this.
     def has_manage_workflow_permission(self, request: HttpRequest) -> bool:
