@@ -10,6 +10,7 @@ entry. The list offers the same as actions.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 from django.contrib import admin, messages
@@ -30,6 +31,19 @@ from .guarded import GuardedAdmin, acceptable_id, refuse_nul
 from .views.workflow_graph import graph_svg
 
 ACTIONS = ("cancel", *RETRY_MODES)
+
+
+def _list_action(
+    action: str, description: Any
+) -> Callable[[WorkflowAdmin, HttpRequest, QuerySet[Workflow]], None]:
+    """The list's action that does ``action`` to each selected workflow, as the page's button does."""
+
+    @admin.action(permissions=["manage_workflow"], description=description)
+    def act_on(self: WorkflowAdmin, request: HttpRequest, queryset: QuerySet[Workflow]) -> None:
+        for row in queryset.using(self.using):
+            self._act(request, row, action)
+
+    return act_on
 
 
 @admin.register(Workflow)
@@ -127,25 +141,9 @@ class WorkflowAdmin(GuardedAdmin):
         self.message_user(request, text % {"id": row.pk, "count": count, "mode": action}, messages.SUCCESS)
 
     # ------------------------------------------------------------ the list's actions
-    def _act_on(self, request: HttpRequest, queryset: QuerySet[Workflow], action: str) -> None:
-        for row in queryset.using(self.using):
-            self._act(request, row, action)
-
-    @admin.action(permissions=["manage_workflow"], description=gettext_lazy("Cancel selected workflows"))
-    def cancel_selected(self, request: HttpRequest, queryset: QuerySet[Workflow]) -> None:
-        self._act_on(request, queryset, "cancel")
-
-    @admin.action(permissions=["manage_workflow"],
-                  description=gettext_lazy("Retry failed steps of selected workflows"))
-    def retry_failed_only(self, request: HttpRequest, queryset: QuerySet[Workflow]) -> None:
-        self._act_on(request, queryset, "failed_only")
-
-    @admin.action(permissions=["manage_workflow"],
-                  description=gettext_lazy("Retry failed steps and everything downstream"))
-    def retry_failed_and_downstream(self, request: HttpRequest, queryset: QuerySet[Workflow]) -> None:
-        self._act_on(request, queryset, "failed_and_downstream")
-
-    @admin.action(permissions=["manage_workflow"],
-                  description=gettext_lazy("Retry selected workflows from the start"))
-    def retry_all(self, request: HttpRequest, queryset: QuerySet[Workflow]) -> None:
-        self._act_on(request, queryset, "all")
+    cancel_selected = _list_action("cancel", gettext_lazy("Cancel selected workflows"))
+    retry_failed_only = _list_action(
+        "failed_only", gettext_lazy("Retry failed steps of selected workflows"))
+    retry_failed_and_downstream = _list_action(
+        "failed_and_downstream", gettext_lazy("Retry failed steps and everything downstream"))
+    retry_all = _list_action("all", gettext_lazy("Retry selected workflows from the start"))
