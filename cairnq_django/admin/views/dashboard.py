@@ -25,6 +25,7 @@ from ...observability.flow import SCOPE_LABELS, limit_text, period_text
 from ...observability.overview import Overview, overview
 from ...records import STATUSES, TERMINAL_STATUSES
 from ..task_base import TaskAdminBase
+from .stats import queue_row
 
 MINUTE_MS = 60_000
 MINUTES = 60
@@ -163,15 +164,9 @@ def dashboard_view(model_admin: TaskAdminBase, request: HttpRequest) -> Template
 
 
 def _queue_rows(model_admin: TaskAdminBase, view: Overview) -> list[dict[str, Any]]:
-    link = model_admin.changelist_url
     return [
         {
-            "queue": q.queue,
-            "url": link(queue=q.queue),
-            "cells": [(q.counts[s], link(queue=q.queue, status__exact=s)) for s in STATUSES],
-            "oldest_due": (
-                None if q.oldest_due_age_ms is None else human_duration(q.oldest_due_age_ms)
-            ),
+            **queue_row(model_admin, q),
             "workers": len(view.live_workers_for(q.queue)),
             "unserved": q.oldest_due_age_ms is not None and not view.live_workers_for(q.queue),
             "paused": q.queue in view.paused,

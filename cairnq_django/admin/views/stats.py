@@ -5,14 +5,27 @@ The counts come from store.admin_reads.queue_stats, which the overview shares.
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
 from django.utils.translation import gettext as _
 
 from ...humanize import human_duration
 from ...records import STATUSES, TERMINAL_STATUSES
-from ...store.admin_reads import queue_stats
+from ...store.admin_reads import QueueStats, queue_stats
 from ..task_base import TaskAdminBase
+
+
+def queue_row(model_admin: TaskAdminBase, q: QueueStats) -> dict[str, Any]:
+    """A queue's linked counts per status and oldest due wait, as stats and the dashboard show them."""
+    link = model_admin.changelist_url
+    return {
+        "queue": q.queue,
+        "url": link(queue=q.queue),
+        "cells": [(q.counts[s], link(queue=q.queue, status__exact=s)) for s in STATUSES],
+        "oldest_due": None if q.oldest_due_age_ms is None else human_duration(q.oldest_due_age_ms),
+    }
 
 
 def stats_view(model_admin: TaskAdminBase, request: HttpRequest) -> TemplateResponse:
@@ -23,16 +36,8 @@ def stats_view(model_admin: TaskAdminBase, request: HttpRequest) -> TemplateResp
     queues = queue_stats(model_admin.using)
     rows = [
         {
-            "queue": q.queue,
-            "queue_url": link(queue=q.queue),
-            "cells": [
-                (q.counts[status], link(queue=q.queue, status__exact=status))
-                for status in STATUSES
-            ],
+            **queue_row(model_admin, q),
             "total": q.total,
-            "oldest_due": (
-                None if q.oldest_due_age_ms is None else human_duration(q.oldest_due_age_ms)
-            ),
             "finished": [q.finished_last_hour[status] for status in TERMINAL_STATUSES],
             "finished_total": q.finished_total,
         }
