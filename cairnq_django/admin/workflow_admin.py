@@ -17,7 +17,6 @@ from django.contrib import admin, messages
 from django.contrib.admin.utils import quote, unquote
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
-from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
@@ -89,10 +88,8 @@ class WorkflowAdmin(GuardedAdmin):
         def task_url(task_id: str) -> str:
             return reverse("admin:cairnq_django_task_change", args=[quote(task_id)])
 
-        context = {
-            **self.admin_site.each_context(request),
+        return self.render_page(request, "admin/cairnq_django/workflow/graph.html", {
             "title": _("Workflow %(name)s") % {"name": run.name},
-            "opts": self.opts,
             "run": run,
             "graph": graph_svg(run.steps, parents, task_url),
             "steps": [
@@ -102,10 +99,7 @@ class WorkflowAdmin(GuardedAdmin):
             "can_manage": self.has_manage_workflow_permission(request),
             "act_url": reverse("admin:cairnq_django_workflow_act", args=[quote(run.id)]),
             "retry_modes": RETRY_MODES,
-            "media": self.media,
-        }
-        request.current_app = self.admin_site.name
-        return TemplateResponse(request, "admin/cairnq_django/workflow/graph.html", context)
+        })
 
     def _run(self, object_id: str) -> WorkflowRun:
         object_id = unquote(object_id)  # the admin's URLs quote ids ("_" is "_5F")

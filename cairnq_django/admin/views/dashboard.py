@@ -136,13 +136,11 @@ def _x_labels(minutes: int) -> Iterator[tuple[int, str]]:
 def dashboard_view(model_admin: TaskAdminBase, request: HttpRequest) -> TemplateResponse:
     """Render the dashboard for users who may view tasks."""
     model_admin.require_view_permission(request)
-    opts = model_admin.model._meta
+    opts = model_admin.opts
     view = overview(model_admin.using)
     data = throughput(model_admin.using, view.now_ms)
     context = {
-        **model_admin.admin_site.each_context(request),
         "title": _("Task queue dashboard"),
-        "opts": opts,
         "refresh_s": REFRESH_S,
         "chart": chart_svg(data),
         "legend": [(s, COLOURS[s], n) for s, n in data.total.items()],
@@ -155,10 +153,8 @@ def dashboard_view(model_admin: TaskAdminBase, request: HttpRequest) -> Template
         **_limits_context(request, view),
         "workflows": _workflow_cells(view),
         "stats_url": reverse(f"admin:{opts.app_label}_{opts.model_name}_stats"),
-        "media": model_admin.media,
     }
-    request.current_app = model_admin.admin_site.name
-    return TemplateResponse(
+    return model_admin.render_page(
         request, f"admin/{opts.app_label}/{opts.model_name}/dashboard.html", context
     )
 

@@ -31,7 +31,7 @@ def queue_row(model_admin: TaskAdminBase, q: QueueStats) -> dict[str, Any]:
 def stats_view(model_admin: TaskAdminBase, request: HttpRequest) -> TemplateResponse:
     """Render the stats table for users who may view tasks."""
     model_admin.require_view_permission(request)
-    opts = model_admin.model._meta
+    opts = model_admin.opts
     link = model_admin.changelist_url
     queues = queue_stats(model_admin.using)
     rows = [
@@ -44,9 +44,7 @@ def stats_view(model_admin: TaskAdminBase, request: HttpRequest) -> TemplateResp
         for q in queues
     ]
     context = {
-        **model_admin.admin_site.each_context(request),
         "title": _("Task queue stats"),
-        "opts": opts,
         "statuses": STATUSES,
         "terminal_statuses": TERMINAL_STATUSES,
         "rows": rows,
@@ -57,9 +55,7 @@ def stats_view(model_admin: TaskAdminBase, request: HttpRequest) -> TemplateResp
         ],
         "finished_total": sum(q.finished_total for q in queues),
         "changelist_url": link(),
-        "media": model_admin.media,
     }
-    request.current_app = model_admin.admin_site.name
-    return TemplateResponse(
+    return model_admin.render_page(
         request, f"admin/{opts.app_label}/{opts.model_name}/stats.html", context
     )
