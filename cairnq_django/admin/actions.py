@@ -183,21 +183,17 @@ def purge_tasks(
             messages.WARNING,
         )
         return None
-    opts = modeladmin.model._meta
+    opts = modeladmin.opts
     context = {
-        **modeladmin.admin_site.each_context(request),
         "title": _("Purge finished tasks?"),
-        "opts": opts,
         "purgeable": purgeable,
         "live": live,
         "sample": list(finished.order_by("-id").values("id", "name", "status")[:PURGE_SAMPLE]),
         "selected": request.POST.getlist(helpers.ACTION_CHECKBOX_NAME),
         "select_across": request.POST.get("select_across") == "1",
         "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
-        "media": modeladmin.media,
     }
-    request.current_app = modeladmin.admin_site.name
-    return TemplateResponse(
+    return modeladmin.render_page(
         request,
         [
             f"admin/{opts.app_label}/{opts.model_name}/purge_confirmation.html",

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from datetime import UTC, datetime
+from typing import Any
 
+from django.contrib import admin
 from django.utils import dateformat, timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import SafeString, mark_safe
@@ -65,6 +68,19 @@ def compact_time(ms: int | None) -> str:
 # Enough of a ULID's tail to tell the tasks of a page apart: its head is the
 # creation time, alike for tasks enqueued together; its tail is random.
 SHORT_ID_CHARS = 8
+
+
+def time_field(
+    column: str, description: Any, show: Callable[[int | None], str] = format_time,
+    ordering: str | None = None,
+) -> Callable[[Any, Any], str]:
+    """An admin column showing a row's ``column`` (epoch milliseconds) with ``show``."""
+
+    @admin.display(description=description, ordering=ordering)
+    def field(self: Any, row: Any) -> str:
+        return show(getattr(row, column))
+
+    return field
 
 
 def short_id(task_id: str) -> str:

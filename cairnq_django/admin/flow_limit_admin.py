@@ -23,7 +23,7 @@ from ..models import FlowLimit
 from ..observability.flow import SCOPE_LABELS, limit_text
 from ..records import Limit
 from ..retention.durations import parse_duration
-from .display import compact_time
+from .display import compact_time, time_field
 from .guarded import GuardedAdmin
 
 ACTIONS = ("set", "clear")
@@ -65,9 +65,7 @@ class FlowLimitAdmin(GuardedAdmin):
             return _("none (lifts the settings' limit)")
         return limit_text(limit)
 
-    @admin.display(description=gettext_lazy("changed"), ordering="changed_at_ms")
-    def changed(self, row: FlowLimit) -> str:
-        return compact_time(row.changed_at_ms)
+    changed = time_field("changed_at_ms", gettext_lazy("changed"), compact_time, "changed_at_ms")
 
     def get_urls(self) -> list[URLPattern]:
         act = self.post_view(self.set_view, "change_limits")

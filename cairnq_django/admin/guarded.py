@@ -22,6 +22,7 @@ from django.contrib.admin.views.main import SEARCH_VAR
 from django.core.exceptions import BadRequest, PermissionDenied
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
+from django.template.response import TemplateResponse
 from django.utils.translation import gettext as _
 
 from ..conf import cairnq_settings
@@ -118,6 +119,17 @@ class GuardedAdmin(admin.ModelAdmin):
         """
         if not self.has_view_permission(request):
             raise PermissionDenied
+
+    # ------------------------------------------------------------ own pages
+    def render_page(
+        self, request: HttpRequest, template: str | list[str], context: dict[str, Any]
+    ) -> TemplateResponse:
+        """One of this admin's own pages: `context` over the site's, with the model's opts and media."""
+        request.current_app = self.admin_site.name
+        site = self.admin_site.each_context(request)
+        return TemplateResponse(
+            request, template, {**site, "opts": self.opts, "media": self.media, **context}
+        )
 
     # ------------------------------------------------------ posted buttons
     def post_view(

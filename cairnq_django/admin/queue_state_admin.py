@@ -17,7 +17,7 @@ from django.utils.translation import gettext_lazy
 
 from ..flow.pausing import pause_queue, resume_queue
 from ..models import QueueState
-from .display import compact_time
+from .display import compact_time, time_field
 from .guarded import GuardedAdmin
 
 ACTIONS = ("pause", "resume")
@@ -29,9 +29,7 @@ class QueueStateAdmin(GuardedAdmin):
     list_filter = ("paused",)
     url_lookups = frozenset({"paused__exact"})
 
-    @admin.display(description=gettext_lazy("changed"), ordering="changed_at_ms")
-    def changed(self, state: QueueState) -> str:
-        return compact_time(state.changed_at_ms)
+    changed = time_field("changed_at_ms", gettext_lazy("changed"), compact_time, "changed_at_ms")
 
     def get_urls(self) -> list[URLPattern]:
         act = self.post_view(self.pause_view, "pause_queue")

@@ -16,7 +16,6 @@ from django.contrib import admin, messages
 from django.contrib.admin.utils import quote
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed, HttpResponseRedirect
-from django.template.response import TemplateResponse
 from django.urls import NoReverseMatch, reverse
 from django.utils.translation import gettext as _
 
@@ -54,18 +53,13 @@ class ScheduleAdmin(GuardedAdmin):
         if request.method not in ("GET", "HEAD"):
             return HttpResponseNotAllowed(["GET", "POST"])
         rows = [self._row(view) for view in schedule_views(self.using, count=NEXT_SHOWN)]
-        context = {
-            **self.admin_site.each_context(request),
-            "opts": self.opts,
+        return self.render_page(request, "admin/cairnq_django/schedulestate/change_list.html", {
             "title": _("Schedules"),
             "rows": rows,
             "can_run": self.has_perm(request, ACTIONS["run"]),
             "can_pause": self.has_perm(request, ACTIONS["pause"]),
             **(extra_context or {}),
-        }
-        return TemplateResponse(
-            request, "admin/cairnq_django/schedulestate/change_list.html", context
-        )
+        })
 
     def _row(self, view: ScheduleView) -> dict[str, Any]:
         row = view.state

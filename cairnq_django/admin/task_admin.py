@@ -35,7 +35,7 @@ from ..records import TERMINAL_STATUSES, attempt_label
 from ..store.admin_reads import newest_first_ordering
 from .actions import ACTIONS
 from .changelist import BoundedCountPaginator, TaskChangeList
-from .display import breakable, compact_time, progress_html, short_id
+from .display import breakable, compact_time, progress_html, short_id, time_field
 from .filters import NameFilter, QueueFilter
 from .task_fields import TaskPageAdmin
 from .views import task_page
@@ -237,9 +237,7 @@ class TaskAdmin(TaskPageAdmin):
             keys = sorted(self._keys_of(task))
         return format_html_join(", ", "{}", ((breakable(key),) for key in keys)) or "-"
 
-    @admin.display(description=_("created"), ordering="id")
-    def created(self, task: Task) -> str:
-        return compact_time(task.created_at_ms)
+    created = time_field("created_at_ms", _("created"), compact_time, "id")
 
     @admin.display(description=_("duration"))
     def duration(self, task: Task) -> str:

@@ -23,7 +23,7 @@ from ..db.dialects import RAW_TEXT_COLUMNS
 from ..db.expressions import RawText
 from ..flow.snoozes import snoozes_of
 from ..models import Task, TaskKey
-from .display import decode_raw, error_block, format_time, json_block
+from .display import decode_raw, error_block, json_block, time_field
 from .guarded import acceptable_id
 from .task_base import TaskAdminBase
 from .timeline import timeline_html
@@ -34,6 +34,7 @@ CHILDREN_SHOWN = 20
 
 def _raw_attr(column: str) -> str:
     return f"cq_raw_{column}"
+
 
 
 class TaskPageAdmin(TaskAdminBase):
@@ -120,29 +121,12 @@ class TaskPageAdmin(TaskAdminBase):
     def snooze_count(self, task: Task) -> str:
         return str(snoozes_of(self.using, [task.pk]).get(task.pk, 0))
 
-    @admin.display(description=_("created"))
-    def created_at(self, task: Task) -> str:
-        return format_time(task.created_at_ms)
-
-    @admin.display(description=_("run at"))
-    def run_at(self, task: Task) -> str:
-        return format_time(task.run_at_ms)
-
-    @admin.display(description=_("updated"))
-    def updated(self, task: Task) -> str:
-        return format_time(task.updated_at_ms)
-
-    @admin.display(description=_("lease until"))
-    def lease_until(self, task: Task) -> str:
-        return format_time(task.lease_until_ms)
-
-    @admin.display(description=_("cancel requested"))
-    def cancel_requested_at(self, task: Task) -> str:
-        return format_time(task.cancel_requested_at_ms)
-
-    @admin.display(description=_("completed"))
-    def completed(self, task: Task) -> str:
-        return format_time(task.completed_at_ms)
+    created_at = time_field("created_at_ms", _("created"))
+    run_at = time_field("run_at_ms", _("run at"))
+    updated = time_field("updated_at_ms", _("updated"))
+    lease_until = time_field("lease_until_ms", _("lease until"))
+    cancel_requested_at = time_field("cancel_requested_at_ms", _("cancel requested"))
+    completed = time_field("completed_at_ms", _("completed"))
 
     @admin.display(description=_("worker id"))
     def worker_link(self, task: Task) -> str:

@@ -10,13 +10,13 @@ entry. The list offers the same as actions.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any
 
 from django.contrib import admin, messages
 from django.contrib.admin.utils import quote, unquote
 from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
-from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
@@ -25,11 +25,24 @@ from ..models import Workflow, WorkflowEdge, WorkflowStep
 from ..workflows.control import RETRY_MODES, cancel_workflow, retry_workflow
 from ..workflows.reads import WorkflowRun
 from ..workflows.steps import InvalidWorkflow
-from .display import compact_time
+from .display import compact_time, time_field
 from .guarded import GuardedAdmin, acceptable_id, refuse_nul
 from .views.workflow_graph import graph_svg
 
 ACTIONS = ("cancel", *RETRY_MODES)
+
+
+def _list_action(
+    action: str, description: Any
+) -> Callable[[WorkflowAdmin, HttpRequest, QuerySet[Workflow]], None]:
+    """The list's action that does ``action`` to each selected workflow, as the page's button does."""
+
+    @admin.action(permissions=["manage_workflow"], description=description)
+    def act_on(self: WorkflowAdmin, request: HttpRequest, queryset: QuerySet[Workflow]) -> None:
+        for row in queryset.using(self.using):
+            self._act(request, row, action)
+
+    return act_on
 
 
 @admin.register(Workflow)
@@ -44,13 +57,8 @@ class WorkflowAdmin(GuardedAdmin):
     def progress(self, run: Workflow) -> str:
         return f"{run.steps_total - run.steps_open}/{run.steps_total}"
 
-    @admin.display(description=gettext_lazy("created"), ordering="created_at_ms")
-    def created(self, run: Workflow) -> str:
-        return compact_time(run.created_at_ms)
-
-    @admin.display(description=gettext_lazy("finished"), ordering="finished_at_ms")
-    def finished(self, run: Workflow) -> str:
-        return compact_time(run.finished_at_ms)
+    created = time_field("created_at_ms", gettext_lazy("created"), compact_time, "created_at_ms")
+    finished = time_field("finished_at_ms", gettext_lazy("finished"), compact_time, "finished_at_ms")
 
     # Django's @admin.action(permissions=["manage_workflow"]) asks this.
     def has_manage_workflow_permission(self, request: HttpRequest) -> bool:
@@ -80,10 +88,8 @@ class WorkflowAdmin(GuardedAdmin):
         def task_url(task_id: str) -> str:
             return reverse("admin:cairnq_django_task_change", args=[quote(task_id)])
 
-        context = {
-            **self.admin_site.each_context(request),
+        return self.render_page(request, "admin/cairnq_django/workflow/graph.html", {
             "title": _("Workflow %(name)s") % {"name": run.name},
-            "opts": self.opts,
             "run": run,
             "graph": graph_svg(run.steps, parents, task_url),
             "steps": [
@@ -93,10 +99,7 @@ class WorkflowAdmin(GuardedAdmin):
             "can_manage": self.has_manage_workflow_permission(request),
             "act_url": reverse("admin:cairnq_django_workflow_act", args=[quote(run.id)]),
             "retry_modes": RETRY_MODES,
-            "media": self.media,
-        }
-        request.current_app = self.admin_site.name
-        return TemplateResponse(request, "admin/cairnq_django/workflow/graph.html", context)
+        })
 
     def _run(self, object_id: str) -> WorkflowRun:
         object_id = unquote(object_id)  # the admin's URLs quote ids ("_" is "_5F")
@@ -132,25 +135,9 @@ class WorkflowAdmin(GuardedAdmin):
         self.message_user(request, text % {"id": row.pk, "count": count, "mode": action}, messages.SUCCESS)
 
     # ------------------------------------------------------------ the list's actions
-    def _act_on(self, request: HttpRequest, queryset: QuerySet[Workflow], action: str) -> None:
-        for row in queryset.using(self.using):
-            self._act(request, row, action)
-
-    @admin.action(permissions=["manage_workflow"], description=gettext_lazy("Cancel selected workflows"))
-    def cancel_selected(self, request: HttpRequest, queryset: QuerySet[Workflow]) -> None:
-        self._act_on(request, queryset, "cancel")
-
-    @admin.action(permissions=["manage_workflow"],
-                  description=gettext_lazy("Retry failed steps of selected workflows"))
-    def retry_failed_only(self, request: HttpRequest, queryset: QuerySet[Workflow]) -> None:
-        self._act_on(request, queryset, "failed_only")
-
-    @admin.action(permissions=["manage_workflow"],
-                  description=gettext_lazy("Retry failed steps and everything downstream"))
-    def retry_failed_and_downstream(self, request: HttpRequest, queryset: QuerySet[Workflow]) -> None:
-        self._act_on(request, queryset, "failed_and_downstream")
-
-    @admin.action(permissions=["manage_workflow"],
-                  description=gettext_lazy("Retry selected workflows from the start"))
-    def retry_all(self, request: HttpRequest, queryset: QuerySet[Workflow]) -> None:
-        self._act_on(request, queryset, "all")
+    cancel_selected = _list_action("cancel", gettext_lazy("Cancel selected workflows"))
+    retry_failed_only = _list_action(
+        "failed_only", gettext_lazy("Retry failed steps of selected workflows"))
+    retry_failed_and_downstream = _list_action(
+        "failed_and_downstream", gettext_lazy("Retry failed steps and everything downstream"))
+    retry_all = _list_action("all", gettext_lazy("Retry selected workflows from the start"))

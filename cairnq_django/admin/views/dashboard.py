@@ -25,6 +25,7 @@ from ...observability.flow import SCOPE_LABELS, limit_text, period_text
 from ...observability.overview import Overview, overview
 from ...records import STATUSES, TERMINAL_STATUSES
 from ..task_base import TaskAdminBase
+from .stats import queue_row
 
 MINUTE_MS = 60_000
 MINUTES = 60
@@ -135,13 +136,11 @@ def _x_labels(minutes: int) -> Iterator[tuple[int, str]]:
 def dashboard_view(model_admin: TaskAdminBase, request: HttpRequest) -> TemplateResponse:
     """Render the dashboard for users who may view tasks."""
     model_admin.require_view_permission(request)
-    opts = model_admin.model._meta
+    opts = model_admin.opts
     view = overview(model_admin.using)
     data = throughput(model_admin.using, view.now_ms)
     context = {
-        **model_admin.admin_site.each_context(request),
         "title": _("Task queue dashboard"),
-        "opts": opts,
         "refresh_s": REFRESH_S,
         "chart": chart_svg(data),
         "legend": [(s, COLOURS[s], n) for s, n in data.total.items()],
@@ -154,24 +153,16 @@ def dashboard_view(model_admin: TaskAdminBase, request: HttpRequest) -> Template
         **_limits_context(request, view),
         "workflows": _workflow_cells(view),
         "stats_url": reverse(f"admin:{opts.app_label}_{opts.model_name}_stats"),
-        "media": model_admin.media,
     }
-    request.current_app = model_admin.admin_site.name
-    return TemplateResponse(
+    return model_admin.render_page(
         request, f"admin/{opts.app_label}/{opts.model_name}/dashboard.html", context
     )
 
 
 def _queue_rows(model_admin: TaskAdminBase, view: Overview) -> list[dict[str, Any]]:
-    link = model_admin.changelist_url
     return [
         {
-            "queue": q.queue,
-            "url": link(queue=q.queue),
-            "cells": [(q.counts[s], link(queue=q.queue, status__exact=s)) for s in STATUSES],
-            "oldest_due": (
-                None if q.oldest_due_age_ms is None else human_duration(q.oldest_due_age_ms)
-            ),
+            **queue_row(model_admin, q),
             "workers": len(view.live_workers_for(q.queue)),
             "unserved": q.oldest_due_age_ms is not None and not view.live_workers_for(q.queue),
             "paused": q.queue in view.paused,

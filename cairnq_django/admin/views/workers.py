@@ -14,7 +14,7 @@ from ...conf import cairnq_settings
 from ...humanize import human_duration
 from ...models import Task, WorkerRecord
 from ...observability.overview import database_now_ms
-from ..display import format_time
+from ..display import time_field
 from ..guarded import GuardedAdmin
 
 RUNNING_SHOWN = 50
@@ -78,9 +78,7 @@ class WorkerAdmin(GuardedAdmin):
             )
         }
 
-    @admin.display(description=_("started"))
-    def started(self, worker: WorkerRecord) -> str:
-        return format_time(worker.started_at_ms)
+    started = time_field("started_at_ms", _("started"))
 
     @admin.display(description=_("tasks it holds"))
     def running_tasks(self, worker: WorkerRecord) -> str:
