@@ -29,8 +29,8 @@ from ..conf import cairnq_settings
 from ..errors import SerializationError
 from ..records import DEFAULT_CONFLICT
 from ..validators import is_integer
-from .definitions import CairnQTask, known_tasks, remember, row_name, validate_extras
-from .discovery import import_task_modules
+from .definitions import CairnQTask, remember, row_name, validate_extras
+from .discovery import find_task
 from .results import pending_result, split_payload, to_result
 from .values import arguments_problem, json_arguments
 
@@ -150,16 +150,8 @@ class CairnQBackend(compat.BaseTaskBackend):
         return await sync_to_async(self.get_result, thread_sensitive=True)(result_id)
 
     def task_for(self, name: str) -> Any:
-        """The Task of this backend that rows named `name` run, or None.
-
-        Looks among the tasks this process has built; imports the discovered
-        task modules first if the name is not among them. Never imports
-        `name` itself.
-        """
-        task = known_tasks.get(name)
-        if task is None:
-            import_task_modules()
-            task = known_tasks.get(name)
+        """The Task of this backend that rows named `name` run, or None (see find_task)."""
+        task = find_task(name)
         if task is None:
             return None
         # A row is ours to read whichever alias sent it: the definition names
