@@ -29,17 +29,6 @@ from ..records import (
 from ..store.leases import LeaseOperations
 from .assertions import ASSERTIONS, StepFailed, check, describe, resolve
 
-__all__ = [
-    "ConformanceError",
-    "ScenarioResult",
-    "clear_tasks",
-    "load_scenario",
-    "load_scenarios",
-    "run_scenario",
-    "run_scenarios",
-    "scenario_files",
-]
-
 STEP_KEYS = {"op", "args", "save", "expect", "expectError"}
 EXPECT_STEP_KEYS = {"op", "target", *ASSERTIONS}
 SCENARIO_KEYS = {"name", "description", "steps"}
