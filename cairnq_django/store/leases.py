@@ -359,9 +359,8 @@ class LeaseOperations(ApplicationOperations):
         return task
 
 
-@functools.cache
-def _leases_of(using: str) -> LeaseOperations:
-    return LeaseOperations(using)
+# One per alias, built on first use.
+_leases_of = functools.cache(LeaseOperations)
 
 
 def get_leases(using: str | None = None) -> LeaseOperations:
