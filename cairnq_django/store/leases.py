@@ -180,12 +180,11 @@ class LeaseOperations(ApplicationOperations):
             return LimitedClaim(self.claim(
                 queues=queues, worker_id=worker_id, lease_ms=lease_ms, draws=plan, announce=announce,
             ))
-        announce_sql = None
-        if announce is not None and self.dialect.has_listen_notify:
-            announce_sql = drained_notify_sql(self.using, queues, *announce)
         if not plan:
             return LimitedClaim([])
-        result = limited_claim.claim(self, limits, queues, worker_id, lease_ms, plan, announce_sql, in_force)
+        if not self.dialect.has_listen_notify:
+            announce = None
+        result = limited_claim.claim(self, limits, queues, worker_id, lease_ms, plan, announce, in_force)
         result.tasks.sort(key=claim_order)
         return result
 
