@@ -139,7 +139,7 @@ class TaskRunner:
         while names and len(ran) < limit:
             queues = sorted(self.store.stats())
             rows = self.store.claim(
-                queues=queues or ["default"], worker_id=self.worker_id, lease_ms=_LEASE_MS,
+                queues=queues, worker_id=self.worker_id, lease_ms=_LEASE_MS,
                 names=names, limit=1,
             ) if queues else []
             if not rows:

@@ -18,7 +18,6 @@ from functools import partial
 from importlib import import_module
 from typing import Any
 
-from asgiref.sync import sync_to_async
 from django.apps import apps
 from django.conf import settings
 from django.core import checks
@@ -29,8 +28,8 @@ from ..conf import cairnq_settings
 from ..errors import SerializationError
 from ..records import DEFAULT_CONFLICT
 from ..validators import is_integer
-from .definitions import CairnQTask, known_tasks, remember, row_name, validate_extras
-from .discovery import import_task_modules
+from .definitions import CairnQTask, remember, row_name, validate_extras
+from .discovery import find_task
 from .results import pending_result, split_payload, to_result
 from .values import arguments_problem, json_arguments
 
@@ -49,7 +48,11 @@ OPTION_DEFAULTS: dict[str, Any] = {
 
 
 class CairnQBackend(compat.BaseTaskBackend):
-    """Enqueue framework tasks as CairnQ rows; `cairnq_worker` runs them."""
+    """Enqueue framework tasks as CairnQ rows; `cairnq_worker` runs them.
+
+    aenqueue() and aget_result() are the base class's: enqueue() and
+    get_result() run through sync_to_async (thread-sensitive).
+    """
 
     task_class = CairnQTask
 
@@ -130,10 +133,6 @@ class CairnQBackend(compat.BaseTaskBackend):
             result = to_result(task, pending.task, self.alias)
             compat.task_enqueued.send(type(self), task_result=result)
 
-    async def aenqueue(self, task: Any, args: Any, kwargs: Any) -> Any:
-        """See enqueue()."""
-        return await sync_to_async(self.enqueue, thread_sensitive=True)(task, args, kwargs)
-
     # ------------------------------------------------------------ results
     def get_result(self, result_id: str) -> Any:
         """Retrieve a task result by id; raise TaskResultDoesNotExist if there is none."""
@@ -145,21 +144,9 @@ class CairnQBackend(compat.BaseTaskBackend):
             )
         return to_result(task, record, self.alias)
 
-    async def aget_result(self, result_id: str) -> Any:
-        """See get_result()."""
-        return await sync_to_async(self.get_result, thread_sensitive=True)(result_id)
-
     def task_for(self, name: str) -> Any:
-        """The Task of this backend that rows named `name` run, or None.
-
-        Looks among the tasks this process has built; imports the discovered
-        task modules first if the name is not among them. Never imports
-        `name` itself.
-        """
-        task = known_tasks.get(name)
-        if task is None:
-            import_task_modules()
-            task = known_tasks.get(name)
+        """The Task of this backend that rows named `name` run, or None (see find_task)."""
+        task = find_task(name)
         if task is None:
             return None
         # A row is ours to read whichever alias sent it: the definition names

@@ -19,7 +19,7 @@ from django.conf import settings
 from django.utils.module_loading import autodiscover_modules, import_string
 
 from .. import compat
-from .definitions import CairnQTask
+from .definitions import CairnQTask, known_tasks
 
 
 def cairnq_backend_aliases() -> list[str]:
@@ -56,3 +56,17 @@ def import_task_modules() -> list[ModuleType]:
         backend: Any = compat.task_backends[alias]  # a CairnQBackend (cairnq_backend_aliases)
         modules += [import_module(name) for name in backend.modules]
     return list(dict.fromkeys(modules))
+
+
+def find_task(name: str) -> Any:
+    """The framework task rows named `name` run, or None.
+
+    Looks among the tasks this process has built; imports the discovered
+    task modules first if the name is not among them. Never imports `name`
+    itself.
+    """
+    task = known_tasks.get(name)
+    if task is None:
+        import_task_modules()
+        task = known_tasks.get(name)
+    return task

@@ -127,7 +127,8 @@ class AsyncTaskHandler(TaskHandler):
 
     async def __call__(self, ctx: Any, payload: Any) -> Any:
         args, kwargs = self.arguments(payload)
-        result = await _on_db(ctx, self.start, ctx)
+        # Database work of an async handler runs where ctx runs its own (ctx.run_db).
+        result = await ctx.run_db(partial(self.start, ctx))
         try:
             if self.task.takes_context:
                 value = await self.task.acall(
@@ -140,18 +141,13 @@ class AsyncTaskHandler(TaskHandler):
         except Snooze:
             raise
         except BaseException as exc:
-            await _on_db(ctx, self.failed, ctx, exc)
+            await ctx.run_db(partial(self.failed, ctx, exc))
             raise
         try:
             return json_return_value(self.task, value)
         except (TypeError, ValueError) as exc:
-            await _on_db(ctx, partial(self.failed, returned=True), ctx, exc)
+            await ctx.run_db(partial(self.failed, ctx, exc, returned=True))
             raise
-
-
-async def _on_db(ctx: Any, fn: Any, *args: Any) -> Any:
-    """Run `fn(*args)`, database work of an async handler, where ctx runs its own."""
-    return await ctx.run_db(partial(fn, *args))
 
 
 def _send(signal: Any, task: Any, **kwargs: Any) -> None:

@@ -20,8 +20,7 @@ from .. import compat
 from ..errors import TaskError as CairnQTaskError
 from ..errors import error_envelope
 from ..records import TaskRecord
-from .definitions import known_tasks
-from .discovery import import_task_modules
+from .discovery import find_task
 
 # Reserved metadata key (framework convention: `_` keys belong to the backend).
 ATTEMPTS_KEY = "_django_task_attempts"
@@ -215,10 +214,7 @@ def describe_call(name: str, payload: Any) -> str | None:
     split = split_payload(payload)
     if split is None:
         return None
-    task = known_tasks.get(name)
-    if task is None:
-        import_task_modules()
-        task = known_tasks.get(name)
+    task = find_task(name)
     if task is None:
         return None
     args, kwargs = split

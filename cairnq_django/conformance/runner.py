@@ -29,17 +29,6 @@ from ..records import (
 from ..store.leases import LeaseOperations
 from .assertions import ASSERTIONS, StepFailed, check, describe, resolve
 
-__all__ = [
-    "ConformanceError",
-    "ScenarioResult",
-    "clear_tasks",
-    "load_scenario",
-    "load_scenarios",
-    "run_scenario",
-    "run_scenarios",
-    "scenario_files",
-]
-
 STEP_KEYS = {"op", "args", "save", "expect", "expectError"}
 EXPECT_STEP_KEYS = {"op", "target", *ASSERTIONS}
 SCENARIO_KEYS = {"name", "description", "steps"}
@@ -145,23 +134,12 @@ def _heartbeat_batch(
     ]
 
 
-def _purge(
-    store: LeaseOperations,
-    older_than_ms: int = 0,
-    queue: str | None = None,
-    status: str | None = None,
-    name: str | None = None,
-    limit: int = 1000,
-) -> list[str]:
-    return store.purge(
-        older_than_ms=older_than_ms, queue=queue, status=status, name=name, limit=limit
-    )
-
-
 def _sleep(store: LeaseOperations, ms: int) -> None:
     time.sleep(ms / 1000)
 
 
+# An op whose arguments are the store method's own takes that method, unbound:
+# _bind checks the step's arguments against its signature, the store first.
 OPS: dict[str, Callable[..., Any]] = {
     "submit": _submit,
     "get": lambda store, id: store.get(id),
@@ -175,9 +153,9 @@ OPS: dict[str, Callable[..., Any]] = {
     "retry_by_key": lambda store, key, reset_attempt=False: store.retry_by_key(
         key, reset_attempt=reset_attempt
     ),
-    "purge": _purge,
-    "stats": lambda store, queue=None: store.stats(queue),
-    "queue_depth": lambda store, queue, max_depth: store.queue_depth(queue, max_depth),
+    "purge": LeaseOperations.purge,
+    "stats": LeaseOperations.stats,
+    "queue_depth": LeaseOperations.queue_depth,
     "claim": _claim,
     "heartbeat": lambda store, id, worker_id, lease_ms=DEFAULT_LEASE_MS: store.heartbeat(
         id, worker_id, lease_ms

@@ -410,9 +410,8 @@ class ApplicationOperations(Executor):
         return deleted
 
 
-@functools.cache
-def _store_of(using: str) -> ApplicationOperations:
-    return ApplicationOperations(using)
+# One per alias, built on first use.
+_store_of = functools.cache(ApplicationOperations)
 
 
 def get_store(using: str | None = None) -> ApplicationOperations:

@@ -149,7 +149,14 @@ class LeaseOperations(ApplicationOperations):
         # PostgreSQL: the recovery and the claim in one round trip, where it can.
         claimed = self.engine.claim(queues, worker_id, lease_ms, plan, announce)
         if claimed is None:
-            claimed = self._claim_in_transaction(queues, worker_id, lease_ms, plan, announce)
+            claimed = []
+            with self.atomic():
+                self.recover_leases()
+                for draw_names, draw_limit in plan:  # already free of empty draws
+                    values = {"worker_id": worker_id, "lease_ms": lease_ms, **draw_values(queues, draw_names)}
+                    claimed += self.records(CLAIM, values, claim_shape(queues, draw_names, draw_limit))
+                if announce is not None:
+                    self.run_sql(*drained_notify_sql(self.using, queues, *announce))
         claimed.sort(key=claim_order)
         return claimed
 
@@ -180,32 +187,13 @@ class LeaseOperations(ApplicationOperations):
             return LimitedClaim(self.claim(
                 queues=queues, worker_id=worker_id, lease_ms=lease_ms, draws=plan, announce=announce,
             ))
-        announce_sql = None
-        if announce is not None and self.dialect.has_listen_notify:
-            announce_sql = drained_notify_sql(self.using, queues, *announce)
         if not plan:
             return LimitedClaim([])
-        result = limited_claim.claim(self, limits, queues, worker_id, lease_ms, plan, announce_sql, in_force)
+        if not self.dialect.has_listen_notify:
+            announce = None
+        result = limited_claim.claim(self, limits, queues, worker_id, lease_ms, plan, announce, in_force)
         result.tasks.sort(key=claim_order)
         return result
-
-    def _claim_in_transaction(
-        self,
-        queues: Sequence[str],
-        worker_id: str,
-        lease_ms: int,
-        plan: Sequence[tuple[Sequence[str] | None, int]],
-        announce: tuple[str, Sequence[str]] | None = None,
-    ) -> list[TaskRecord]:
-        claimed: list[TaskRecord] = []
-        with self.atomic():
-            self.recover_leases()
-            for draw_names, draw_limit in plan:  # already free of empty draws
-                values = {"worker_id": worker_id, "lease_ms": lease_ms, **draw_values(queues, draw_names)}
-                claimed += self.records(CLAIM, values, claim_shape(queues, draw_names, draw_limit))
-            if announce is not None:
-                self.run_sql(*drained_notify_sql(self.using, queues, *announce))
-        return claimed
 
     def _owned(
         self, statement: Statement, task_id: str, worker_id: str, values: dict[str, Any]
@@ -359,9 +347,8 @@ class LeaseOperations(ApplicationOperations):
         return task
 
 
-@functools.cache
-def _leases_of(using: str) -> LeaseOperations:
-    return LeaseOperations(using)
+# One per alias, built on first use.
+_leases_of = functools.cache(LeaseOperations)
 
 
 def get_leases(using: str | None = None) -> LeaseOperations:

@@ -38,7 +38,7 @@ from ..records import Limit, TaskRecord
 from . import sql
 from .executor import Executor
 from .limit_counts import SCOPE_COLUMNS, Counts, read_counts, scope_value
-from .protocol_statements import CLAIM_IDS, paused_queues_of, tasks_of
+from .protocol_statements import CLAIM_IDS, drained_notify_sql, paused_queues_of, tasks_of
 
 if TYPE_CHECKING:
     from .leases import LeaseOperations
@@ -188,7 +188,7 @@ def claim(
     worker_id: str,
     lease_ms: int,
     plan: Sequence[tuple[Sequence[str] | None, int]],
-    announce_sql: tuple[str, list[Any]] | None,
+    announce: tuple[str, Sequence[str]] | None,
     in_force: Sequence[Limit],
 ) -> LimitedClaim:
     """Lock, recover, count, pick, claim and log the starts: one transaction (LeaseOperations.claim_limited).
@@ -253,8 +253,8 @@ def claim(
             if started:
                 FlowStart.objects.using(store.using).bulk_create(started)
         _prune(store.using, limits, in_force or limits, now)
-        if announce_sql is not None:
-            store.run_sql(*announce_sql)
+        if announce is not None:
+            store.run_sql(*drained_notify_sql(store.using, queues, *announce))
     retry_in = None if pick.retry_at is None else max(1, pick.retry_at - now)
     return LimitedClaim(tasks, pick.held, retry_in)
 
