@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from django.db import connection, connections, transaction
 
-from cairnq_django import enqueue, get
+from cairnq_django import Limit, enqueue, get
 from cairnq_django.drained import DRAINED_CHANNEL, announcement, drained_key
 from cairnq_django.wakeup import PostgresWakeup, get_wakeup
 from cairnq_django.wakeup.postgres import postgres_params
@@ -81,6 +81,38 @@ def test_a_claim_that_leaves_nothing_announces_it_and_one_that_leaves_work_does_
         # Takes the last one: announced, in the claim's own transaction.
         live_store.claim(queues=["default"], worker_id="w1", limit=1, names=["t.a"],
                          announce=(key, ["t.a"]))
+        assert listener.wait_for_drained(key, seen, 10)
+        assert listener.drained_seen(key) == seen + 1
+    finally:
+        listener.close()
+
+
+@only_postgres
+def test_a_limited_claim_that_leaves_nothing_announces_it_and_one_the_limit_held_back_does_not(
+    live_store,
+):
+    key = drained_key(["default"], ["t.a"])
+    listener = PostgresWakeup(postgres_params("default"))
+    try:
+        assert listener.ready(10)
+        seen = listener.drained_seen(key)
+        enqueue("t.a", {})
+        enqueue("t.a", {})
+        one_at_a_time = [Limit("name", "t.a", 1, None, None, "settings")]
+        held_back = live_store.claim_limited(
+            limits=one_at_a_time, queues=["default"], worker_id="w1", limit=2, names=["t.a"],
+            announce=(key, ["t.a"]),
+        )
+        # The limit held the second back: it is still due, so nothing is announced.
+        assert (len(held_back.tasks), held_back.held) == (1, 1)
+        assert not listener.wait_for_drained(key, seen, 0.5)
+        roomier = [Limit("name", "t.a", 5, None, None, "settings")]
+        last = live_store.claim_limited(
+            limits=roomier, queues=["default"], worker_id="w1", limit=2, names=["t.a"],
+            announce=(key, ["t.a"]),
+        )
+        # Took the last one: announced, in the limited claim's own transaction.
+        assert len(last.tasks) == 1
         assert listener.wait_for_drained(key, seen, 10)
         assert listener.drained_seen(key) == seen + 1
     finally:
