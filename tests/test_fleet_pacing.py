@@ -66,57 +66,60 @@ def test_healthy_wakeups_stretch_the_idle_poll_with_jitter():
 
 
 # ------------------------------------------------------------ announcements
-@only_postgres
-def test_a_claim_that_leaves_nothing_announces_it_and_one_that_leaves_work_does_not(live_store):
-    key = drained_key(["default"], ["t.a"])
+A_KEY = drained_key(["default"], ["t.a"])
+
+
+@pytest.fixture
+def two_due(live_store):
+    """Two due t.a tasks and a listener that counts the drained announcements for them."""
     listener = PostgresWakeup(postgres_params("default"))
     try:
         assert listener.ready(10)
-        seen = listener.drained_seen(key)
+        seen = listener.drained_seen(A_KEY)
         enqueue("t.a", {})
         enqueue("t.a", {})
-        # Takes one of two: work is left, so nothing is announced.
-        live_store.claim(queues=["default"], worker_id="w1", limit=1, names=["t.a"],
-                         announce=(key, ["t.a"]))
-        # Takes the last one: announced, in the claim's own transaction.
-        live_store.claim(queues=["default"], worker_id="w1", limit=1, names=["t.a"],
-                         announce=(key, ["t.a"]))
-        assert listener.wait_for_drained(key, seen, 10)
-        assert listener.drained_seen(key) == seen + 1
+        yield listener, seen
     finally:
         listener.close()
+
+
+@only_postgres
+def test_a_claim_that_leaves_nothing_announces_it_and_one_that_leaves_work_does_not(
+    live_store, two_due,
+):
+    listener, seen = two_due
+    # Takes one of two: work is left, so nothing is announced.
+    live_store.claim(queues=["default"], worker_id="w1", limit=1, names=["t.a"],
+                     announce=(A_KEY, ["t.a"]))
+    # Takes the last one: announced, in the claim's own transaction.
+    live_store.claim(queues=["default"], worker_id="w1", limit=1, names=["t.a"],
+                     announce=(A_KEY, ["t.a"]))
+    assert listener.wait_for_drained(A_KEY, seen, 10)
+    assert listener.drained_seen(A_KEY) == seen + 1
 
 
 @only_postgres
 def test_a_limited_claim_that_leaves_nothing_announces_it_and_one_the_limit_held_back_does_not(
-    live_store,
+    live_store, two_due,
 ):
-    key = drained_key(["default"], ["t.a"])
-    listener = PostgresWakeup(postgres_params("default"))
-    try:
-        assert listener.ready(10)
-        seen = listener.drained_seen(key)
-        enqueue("t.a", {})
-        enqueue("t.a", {})
-        one_at_a_time = [Limit("name", "t.a", 1, None, None, "settings")]
-        held_back = live_store.claim_limited(
-            limits=one_at_a_time, queues=["default"], worker_id="w1", limit=2, names=["t.a"],
-            announce=(key, ["t.a"]),
-        )
-        # The limit held the second back: it is still due, so nothing is announced.
-        assert (len(held_back.tasks), held_back.held) == (1, 1)
-        assert not listener.wait_for_drained(key, seen, 0.5)
-        roomier = [Limit("name", "t.a", 5, None, None, "settings")]
-        last = live_store.claim_limited(
-            limits=roomier, queues=["default"], worker_id="w1", limit=2, names=["t.a"],
-            announce=(key, ["t.a"]),
-        )
-        # Took the last one: announced, in the limited claim's own transaction.
-        assert len(last.tasks) == 1
-        assert listener.wait_for_drained(key, seen, 10)
-        assert listener.drained_seen(key) == seen + 1
-    finally:
-        listener.close()
+    listener, seen = two_due
+    one_at_a_time = [Limit("name", "t.a", 1, None, None, "settings")]
+    held_back = live_store.claim_limited(
+        limits=one_at_a_time, queues=["default"], worker_id="w1", limit=2, names=["t.a"],
+        announce=(A_KEY, ["t.a"]),
+    )
+    # The limit held the second back: it is still due, so nothing is announced.
+    assert (len(held_back.tasks), held_back.held) == (1, 1)
+    assert not listener.wait_for_drained(A_KEY, seen, 0.5)
+    roomier = [Limit("name", "t.a", 5, None, None, "settings")]
+    last = live_store.claim_limited(
+        limits=roomier, queues=["default"], worker_id="w1", limit=2, names=["t.a"],
+        announce=(A_KEY, ["t.a"]),
+    )
+    # Took the last one: announced, in the limited claim's own transaction.
+    assert len(last.tasks) == 1
+    assert listener.wait_for_drained(A_KEY, seen, 10)
+    assert listener.drained_seen(A_KEY) == seen + 1
 
 
 @only_postgres
