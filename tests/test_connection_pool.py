@@ -88,6 +88,10 @@ def test_worker_on_a_pool_smaller_than_its_concurrency(live_store, pool_env):
     doomed = enqueue("tests.echo")
     cancel(doomed.id)
     tasks = [enqueue("tests.orm_write", {"hold_s": 0.005}) for _ in range(300)]
+    # An earlier test's process may still be closing its session: the server
+    # drops it a moment after the socket closes. Count from none.
+    wait_for(lambda: other_sessions() == 0, timeout=30,
+             message=f"sessions left by earlier tests: {other_sessions()}")
     before = other_sessions()
     settings = {
         "SCHEDULE": {"pool-tick": {"task": "tests.echo", "every": 1000}},
