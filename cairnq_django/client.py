@@ -157,7 +157,6 @@ def enqueue_many(
     specs: list[TaskSpec] = []
     keys: list[tuple[str | None, str]] = []
     announced: list[tuple[int, Any]] = []
-    plain_key = (None, DEFAULT_CONFLICT)
     try:
         for index, item in enumerate(tasks):
             if isinstance(item, tuple):
@@ -167,19 +166,7 @@ def enqueue_many(
                         f"enqueue_many item {index} must be (name,) or (name, payload); "
                         f"got a tuple of {len(item)}."
                     )
-                options = declared.row_options(item[0])
-                metadata, sent = signals.enqueuing(item[0], options.queue, None)
-                if sent:
-                    announced.append((len(specs), metadata))
-                specs.append(
-                    store.prepare(
-                        item[0], item[1] if len(item) == 2 else None, queue=options.queue,
-                        max_attempts=options.max_attempts, priority=options.priority,
-                        metadata=metadata,
-                    )
-                )
-                keys.append(plain_key)
-                continue
+                item = dict(zip(("name", "payload"), item, strict=False))
             item = dict(item)
             unknown = set(item) - _MANY_OPTIONS - {"name", "payload"}
             if unknown or "name" not in item:
