@@ -24,7 +24,7 @@ from ...models import Task
 from ...observability.flow import SCOPE_LABELS, period_text, usage_row
 from ...observability.overview import Overview, overview
 from ...records import STATUSES, TERMINAL_STATUSES
-from ..task_base import TaskAdminBase
+from ..guarded import TaskAdminBase
 from .stats import queue_row
 
 MINUTE_MS = 60_000
