@@ -48,12 +48,12 @@ def check_settings(
             )
         )
     for key in sorted(DURATION_KEYS & set(user)):
+        if key in ("MAX_RUN", "WORKER_CONN_MAX_AGE", "WORKER_STATEMENT_TIMEOUT") and user[key] is None:
+            continue
         try:
             value = to_ms(user[key])
         except TypeError:
-            value = -1
-        if key in ("MAX_RUN", "WORKER_CONN_MAX_AGE", "WORKER_STATEMENT_TIMEOUT") and user[key] is None:
-            continue
+            value = None
         if value is None or value < 0:
             errors.append(
                 Error(
@@ -62,12 +62,7 @@ def check_settings(
                     id="cairnq.E003",
                 )
             )
-    for key in ("WAIT_POLL_INITIAL", "WAIT_POLL_MAX"):
-        try:
-            value = to_ms(user.get(key, 1))
-        except TypeError:
-            continue  # reported above
-        if value is not None and value == 0:
+        elif value == 0 and key in ("WAIT_POLL_INITIAL", "WAIT_POLL_MAX"):
             errors.append(
                 Error(
                     f"settings.CAIRNQ[{key!r}] is 0, which would make wait() and call() "
@@ -77,10 +72,12 @@ def check_settings(
                 )
             )
     errors += _check_queue_depth(user.get("MAX_QUEUE_DEPTH"))
-    errors += _check_positive_int(user, "CONCURRENCY")
-    errors += _check_positive_int(user, "SWEEP_BATCH_SIZE")
-    if user.get("LISTENERS") is not None:
-        errors += _check_positive_int(user, "LISTENERS")
+    errors += [
+        Error(f"settings.CAIRNQ[{key!r}] must be a positive integer, not {user[key]!r}.", id="cairnq.E005")
+        for key in ("CONCURRENCY", "SWEEP_BATCH_SIZE", "LISTENERS")
+        # LISTENERS may be None: every worker listens.
+        if key in user and not is_integer(user[key]) and not (key == "LISTENERS" and user[key] is None)
+    ]
     queues = user.get("QUEUES", DEFAULTS["QUEUES"])
     if not isinstance(queues, (list, tuple)) or not queues or not all(
         isinstance(q, str) and q for q in queues
@@ -162,17 +159,6 @@ def _check_limits(entries: Any) -> list[CheckMessage]:
         else:
             seen[key] = index
     return errors
-
-
-def _check_positive_int(user: dict[str, Any], key: str) -> list[CheckMessage]:
-    if key in user and not is_integer(user[key]):
-        return [
-            Error(
-                f"settings.CAIRNQ[{key!r}] must be a positive integer, not {user[key]!r}.",
-                id="cairnq.E005",
-            )
-        ]
-    return []
 
 
 def _check_queue_depth(limit: Any) -> list[CheckMessage]:

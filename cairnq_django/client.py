@@ -43,10 +43,6 @@ class PendingTask:
         return self.task is not None
 
 
-def _delay_ms(delay: timedelta | int | float | None, run_at: datetime | None) -> int:
-    return validators.delay_ms(delay, run_at, timezone.now())
-
-
 def _check_key(key: Any) -> None:
     validators.check_label("key", key, validators.MAX_KEY_LENGTH, optional=True)
 
@@ -101,7 +97,7 @@ def enqueue(
             priority=options.priority,
             metadata=metadata,
             correlation_id=correlation_id,
-            delay_ms=_delay_ms(delay, run_at),
+            delay_ms=validators.delay_ms(delay, run_at, timezone.now()),
             concurrency_key=concurrency_key,
         )
         if on_commit is None:
@@ -157,7 +153,6 @@ def enqueue_many(
     specs: list[TaskSpec] = []
     keys: list[tuple[str | None, str]] = []
     announced: list[tuple[int, Any]] = []
-    plain_key = (None, DEFAULT_CONFLICT)
     try:
         for index, item in enumerate(tasks):
             if isinstance(item, tuple):
@@ -167,19 +162,7 @@ def enqueue_many(
                         f"enqueue_many item {index} must be (name,) or (name, payload); "
                         f"got a tuple of {len(item)}."
                     )
-                options = declared.row_options(item[0])
-                metadata, sent = signals.enqueuing(item[0], options.queue, None)
-                if sent:
-                    announced.append((len(specs), metadata))
-                specs.append(
-                    store.prepare(
-                        item[0], item[1] if len(item) == 2 else None, queue=options.queue,
-                        max_attempts=options.max_attempts, priority=options.priority,
-                        metadata=metadata,
-                    )
-                )
-                keys.append(plain_key)
-                continue
+                item = dict(zip(("name", "payload"), item, strict=False))
             item = dict(item)
             unknown = set(item) - _MANY_OPTIONS - {"name", "payload"}
             if unknown or "name" not in item:
@@ -208,7 +191,7 @@ def enqueue_many(
                     priority=options.priority,
                     metadata=metadata,
                     correlation_id=item.get("correlation_id"),
-                    delay_ms=_delay_ms(item.get("delay"), item.get("run_at")),
+                    delay_ms=validators.delay_ms(item.get("delay"), item.get("run_at"), timezone.now()),
                     concurrency_key=item.get("concurrency_key"),
                 )
             )
@@ -360,18 +343,12 @@ def _wait_with(
     """Call waiting.wait or waiting.await_ (`wait_fn`) with the client's options, for `lookup`."""
     return wait_fn(
         get_store(using),
-        timeout=_seconds(timeout),
+        timeout=timeout.total_seconds() if isinstance(timeout, timedelta) else timeout,
         poll_initial_ms=poll_initial,
         poll_max_ms=poll_max,
         raise_on_failure=raise_on_failure,
         **lookup,
     )
-
-
-def _seconds(timeout: float | timedelta | None) -> float | None:
-    if isinstance(timeout, timedelta):
-        return timeout.total_seconds()
-    return timeout
 
 
 aenqueue = sync_to_async(enqueue)

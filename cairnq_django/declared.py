@@ -17,21 +17,10 @@ writes to it rather than the client reading the registry.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TypeVar
+from dataclasses import dataclass, replace
+from typing import Any
 
 from .records import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE
-
-T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Declared:
-    """What one handler declares; None where it declares nothing."""
-
-    queue: str | None = None
-    max_attempts: int | None = None
-    priority: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +32,10 @@ class RowOptions:
     priority: int
 
 
-_declared: dict[str, Declared] = {}
+_PROTOCOL_DEFAULTS = RowOptions(DEFAULT_QUEUE, DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY)
+
+# Task name -> what its handler declares, None where it declares nothing.
+_declared: dict[str, dict[str, Any]] = {}
 
 
 def declare(
@@ -54,20 +46,12 @@ def declare(
     priority: int | None = None,
 ) -> None:
     """Record what the handler of `name` declares (the registry calls this)."""
-    _declared[name] = Declared(queue=queue, max_attempts=max_attempts, priority=priority)
+    _declared[name] = {"queue": queue, "max_attempts": max_attempts, "priority": priority}
 
 
 def forget(name: str) -> None:
     """Drop what `name` declared (its handler was unregistered)."""
     _declared.pop(name, None)
-
-
-def declared(name: str) -> Declared:
-    """What the handler of `name` declares in this process; nothing if it is not registered."""
-    return _declared.get(name) or _NOTHING
-
-
-_NOTHING = Declared()
 
 
 def row_options(
@@ -78,15 +62,9 @@ def row_options(
     priority: int | None = None,
 ) -> RowOptions:
     """Each option as given, else as `name`'s handler declares it, else the protocol default."""
-    found = declared(name)
-    return RowOptions(
-        queue=_first(queue, found.queue, DEFAULT_QUEUE),
-        max_attempts=_first(max_attempts, found.max_attempts, DEFAULT_MAX_ATTEMPTS),
-        priority=_first(priority, found.priority, DEFAULT_PRIORITY),
-    )
-
-
-def _first(given: T | None, declared_value: T | None, default: T) -> T:
-    if given is not None:
-        return given
-    return declared_value if declared_value is not None else default
+    found = _declared.get(name, {})
+    chosen: dict[str, Any] = {
+        option: found.get(option) if value is None else value
+        for option, value in (("queue", queue), ("max_attempts", max_attempts), ("priority", priority))
+    }
+    return replace(_PROTOCOL_DEFAULTS, **{k: v for k, v in chosen.items() if v is not None})

@@ -1,4 +1,4 @@
-"""Durations and progress as a person reads them, in the admin, `cairnq_status` and the health checks.
+"""Durations, progress, tables and errors as a person reads them, in the admin and the commands.
 
 Pure functions of a value, with no admin or HTML in them, so code outside the
 admin shows the same "3 min 5 s" and the same percent as its pages.
@@ -47,3 +47,18 @@ def progress_percent(progress: float | None) -> int | None:
     """The progress as a whole percent, or None when there is none or it is invalid."""
     fraction = valid_progress(progress)
     return None if fraction is None else round(fraction * 100)
+
+
+def text_table(header: list[str], rows: list[list[str]]) -> list[str]:
+    """The header and rows as left-aligned columns two spaces apart, one string per line."""
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    return [
+        "  ".join(cell.ljust(width) for cell, width in zip(r, widths, strict=True)).rstrip()
+        for r in [header, *rows]
+    ]
+
+
+def first_line(exc: BaseException) -> str:
+    """The first line of an error's message, or its class name when it has none."""
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__

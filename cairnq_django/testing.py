@@ -45,7 +45,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -100,7 +99,7 @@ class Ran:
 
 
 class TaskRunner:
-    """Runs due tasks in the calling thread; see the module docstring."""
+    """Runs due tasks in the calling thread; see the module docstring. A context manager."""
 
     def __init__(
         self,
@@ -256,6 +255,27 @@ class TaskRunner:
         signal.send(sender=TaskRunner, worker=self, **kwargs)
 
     # ------------------------------------------------------------ inline mode
+    def __enter__(self) -> TaskRunner:
+        """Inline mode: run each task its transaction writes, while the block lasts."""
+        if self.inline:
+            with _active_lock:
+                if not _active:
+                    signals.task_written.connect(_on_written, dispatch_uid=__name__)
+                _active.insert(0, self)
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, *exc_info: Any) -> None:
+        if not self.inline:
+            return
+        with _active_lock:
+            _active.remove(self)
+            if not _active:
+                signals.task_written.disconnect(dispatch_uid=__name__)
+        if exc_type is None:  # the block's own error goes first
+            if self._deferred_error is not None:
+                raise self._deferred_error
+            self._raise_first(self.ran, None)
+
     def written(self, rows: list[TaskRecord]) -> None:
         """Called (inline mode) with rows just written: run each once its transaction commits."""
         task_ids = [row.id for row in rows if row.status == "queued"]
@@ -304,38 +324,8 @@ def _on_written(sender: Any, *, using: str, rows: list[TaskRecord], **kwargs: An
             return
 
 
-@contextmanager
-def run_tasks(
-    *,
-    inline: bool = False,
-    retries: bool = False,
-    raise_exceptions: bool = False,
-    using: str | None = None,
-    registry: Registry | None = None,
-    allow_unhandled: bool = False,
-) -> Iterator[TaskRunner]:
-    """Yield a TaskRunner; with inline=True, tasks run as their transactions commit."""
-    runner = TaskRunner(
-        inline=inline, retries=retries, raise_exceptions=raise_exceptions, using=using,
-        registry=registry, allow_unhandled=allow_unhandled,
-    )
-    if not inline:
-        yield runner
-        return
-    with _active_lock:
-        if not _active:
-            signals.task_written.connect(_on_written, dispatch_uid=__name__)
-        _active.insert(0, runner)
-    try:
-        yield runner
-    finally:
-        with _active_lock:
-            _active.remove(runner)
-            if not _active:
-                signals.task_written.disconnect(dispatch_uid=__name__)
-    if runner._deferred_error is not None:
-        raise runner._deferred_error
-    runner._raise_first(runner.ran, None)
+# `with run_tasks(...) as tasks:` is the documented spelling of a TaskRunner block.
+run_tasks = TaskRunner
 
 
 try:

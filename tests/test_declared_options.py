@@ -53,7 +53,7 @@ def test_unregistering_forgets_the_declaration(db, charge_card):
 def test_a_private_registry_declares_nothing(db):
     private = Registry()
     private.register("private.only", lambda ctx, payload: None, max_attempts=9, queue="side")
-    assert declared.declared("private.only") == declared.Declared()
+    assert declared.row_options("private.only") == declared.RowOptions("default", 3, 0)
     assert options(cairnq_django.enqueue("private.only", {})) == ("default", 3, 0)
 
 

@@ -4,8 +4,8 @@ Django's admin autodiscovery imports this package, and importing it registers
 TaskAdmin (task_admin.py), WorkerAdmin (views/workers.py), ScheduleAdmin
 (schedule_admin.py), QueueStateAdmin (queue_state_admin.py) and
 FlowLimitAdmin (flow_limit_admin.py) and WorkflowAdmin (workflow_admin.py). The other
-modules: guarded.py (GuardedAdmin, the base of them all), task_base.py (what
-the actions and views rely on), changelist.py (paging and sorting the list),
+modules: guarded.py (GuardedAdmin, the base of them all, and TaskAdminBase,
+what the actions and views rely on), changelist.py (paging and sorting the list),
 filters.py, actions.py (cancel, retry, purge), task_fields.py (the task page's
 fields), display.py (times, raw JSON), and views/ (the stats, dashboard and
 task-page views). Nothing outside the admin imports it: durations and

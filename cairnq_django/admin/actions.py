@@ -23,7 +23,7 @@ from django.utils.translation import gettext_lazy, ngettext
 from ..db.querysets import TaskQuerySet
 from ..models import Task
 from ..store import get_store
-from .task_base import TaskAdminBase
+from .guarded import TaskAdminBase
 
 PURGE_SAMPLE = 20
 

@@ -23,6 +23,8 @@ from django.core.exceptions import BadRequest, PermissionDenied
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse, HttpResponseNotAllowed
 from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.utils.http import urlencode
 from django.utils.translation import gettext as _
 
 from ..conf import cairnq_settings
@@ -159,3 +161,26 @@ class GuardedAdmin(admin.ModelAdmin):
             return action
         self.message_user(request, _("Unknown action."), messages.ERROR)
         return None
+
+
+class TaskAdminBase(GuardedAdmin):
+    """What the task admin's actions and own pages rely on: its list's URL, its permissions.
+
+    TaskAdmin (task_admin.py) is built on this class, and actions.py and views/
+    are written against it, so they need not import the admin that imports them.
+    """
+
+    def changelist_url(self, **params: str) -> str:
+        opts = self.opts
+        url = reverse(f"admin:{opts.app_label}_{opts.model_name}_changelist")
+        return f"{url}?{urlencode(params)}" if params else url
+
+    # Django's @admin.action(permissions=["cancel"]) asks has_cancel_permission.
+    def has_cancel_permission(self, request: HttpRequest) -> bool:
+        return self.has_perm(request, "cancel_task")
+
+    def has_retry_permission(self, request: HttpRequest) -> bool:
+        return self.has_perm(request, "retry_task")
+
+    def has_purge_permission(self, request: HttpRequest) -> bool:
+        return self.has_perm(request, "purge_task")

@@ -24,8 +24,7 @@ from ..db.expressions import RawText
 from ..flow.snoozes import snoozes_of
 from ..models import Task, TaskKey
 from .display import decode_raw, error_block, json_block, time_field
-from .guarded import acceptable_id
-from .task_base import TaskAdminBase
+from .guarded import TaskAdminBase, acceptable_id
 from .timeline import timeline_html
 from .views.workers import worker_link
 

@@ -12,6 +12,7 @@ from typing import Any
 from django.db.models import Count
 
 from ..flow.limits import Limit, LimitUsage, limit_usage
+from ..humanize import text_table
 from ..store import get_store
 
 SCOPE_LABELS = {"queue": "queue", "name": "task name", "key_prefix": "key prefix"}
@@ -123,8 +124,4 @@ def limits_table(usages: list[LimitUsage], busiest: dict[str, str] | None = None
          running_text(u, busiest), starts_text(u), str(u.held)]
         for u in usages
     ]
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    return [
-        "  ".join(cell.ljust(width) for cell, width in zip(r, widths, strict=True)).rstrip()
-        for r in [header, *rows]
-    ]
+    return text_table(header, rows)

@@ -10,6 +10,7 @@ from django.db.utils import Error as DatabaseError
 
 from ..conf import cairnq_settings
 from ..errors import CairnQError, TablesMissing
+from ..humanize import first_line
 from ..humanize import human_duration as format_duration
 from ..models.workers import GONE_AFTER_INTERVALS
 from ..store import get_store
@@ -65,7 +66,7 @@ def check(
     try:
         connections[using].ensure_connection()
     except DatabaseError as exc:
-        return Health(UNREACHABLE, (f"The queue's database is unreachable: {_first_line(exc)}",))
+        return Health(UNREACHABLE, (f"The queue's database is unreachable: {first_line(exc)}",))
     missing = known_missing_tables(using)
     if missing:
         return Health(UNHEALTHY, (str(TablesMissing(using, missing)),))
@@ -73,12 +74,12 @@ def check(
         view = overview(using)
     except (DatabaseError, CairnQError) as exc:
         # Reachable, the tables there, yet unreadable (another protocol version, say).
-        return Health(UNHEALTHY, (f"Reading the queue failed: {_first_line(exc)}",))
+        return Health(UNHEALTHY, (f"Reading the queue failed: {first_line(exc)}",))
     found = problems(view, max_age_ms=max_age_ms, queues=queues)
     try:
         found += unhandled_problems(using, view, queues=queues)
     except (DatabaseError, CairnQError) as exc:
-        found.append(f"Reading the queue failed: {_first_line(exc)}")
+        found.append(f"Reading the queue failed: {first_line(exc)}")
     return Health(UNHEALTHY if found else HEALTHY, tuple(found))
 
 
@@ -108,8 +109,3 @@ def unhandled_problems(
         "handler for that name."
         for item in found
     ]
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__

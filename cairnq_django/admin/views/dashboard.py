@@ -21,10 +21,10 @@ from django.utils.translation import gettext as _
 
 from ...humanize import human_duration, progress_percent, valid_progress
 from ...models import Task
-from ...observability.flow import SCOPE_LABELS, limit_text, period_text
+from ...observability.flow import SCOPE_LABELS, period_text, usage_row
 from ...observability.overview import Overview, overview
 from ...records import STATUSES, TERMINAL_STATUSES
-from ..task_base import TaskAdminBase
+from ..guarded import TaskAdminBase
 from .stats import queue_row
 
 MINUTE_MS = 60_000
@@ -192,28 +192,21 @@ def _pause_context(request: HttpRequest, view: Overview) -> dict[str, Any]:
 def _limits_context(request: HttpRequest, view: Overview) -> dict[str, Any]:
     """The flow limits' panel: each limit's use, and the set/clear form (flow_limit_admin.py)."""
     allowed = request.user.has_perm("cairnq_django.change_limits")
-    rows = []
-    for usage in view.limits:
-        limit = usage.limit
-        rows.append({
-            "scope": SCOPE_LABELS[limit.scope],
-            "scope_code": limit.scope,
-            "value": limit.value,
-            "source": limit.source,
-            "limit": limit_text(limit),
-            "concurrency": limit.concurrency,
-            "running": usage.running,
-            "key_prefix": limit.scope == "key_prefix",
-            "keys_at_limit": usage.keys_at_limit,
-            "busiest_key": view.busiest_keys.get(limit.value),
-            "rate": limit.rate,
-            "per": None if limit.per_ms is None else period_text(limit.per_ms),
-            "starts": usage.starts_in_window,
-            "held": usage.held,
+    rows = [
+        {
+            # The JSON row cairnq_queue and cairnq_status print, and what only the page shows.
+            **usage_row(usage, view.busiest_keys),
+            "scope_label": SCOPE_LABELS[usage.limit.scope],
+            "key_prefix": usage.limit.scope == "key_prefix",
+            "per": None if usage.limit.per_ms is None else period_text(usage.limit.per_ms),
             # Every slot (the busiest key's, for a prefix) in use, or the window spent.
-            "slots_full": limit.concurrency is not None and usage.running >= limit.concurrency,
-            "window_full": limit.rate is not None and usage.starts_in_window >= limit.rate,
-        })
+            "slots_full": usage.limit.concurrency is not None
+            and usage.running >= usage.limit.concurrency,
+            "window_full": usage.limit.rate is not None
+            and usage.starts_in_window >= usage.limit.rate,
+        }
+        for usage in view.limits
+    ]
     return {
         "limits": rows,
         "limits_error": view.limits_error,

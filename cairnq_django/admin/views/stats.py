@@ -14,7 +14,7 @@ from django.utils.translation import gettext as _
 from ...humanize import human_duration
 from ...records import STATUSES, TERMINAL_STATUSES
 from ...store.admin_reads import QueueStats, queue_stats
-from ..task_base import TaskAdminBase
+from ..guarded import TaskAdminBase
 
 
 def queue_row(model_admin: TaskAdminBase, q: QueueStats) -> dict[str, Any]:

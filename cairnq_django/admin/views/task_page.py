@@ -22,8 +22,7 @@ from ...models import Task
 from ...records import LIVE_STATUSES, RETRYABLE_STATUSES
 from ...store import get_store
 from ...store.admin_reads import task_message
-from ..guarded import acceptable_id
-from ..task_base import TaskAdminBase
+from ..guarded import TaskAdminBase, acceptable_id
 
 PROGRESS_POLL_MS = 1000
 

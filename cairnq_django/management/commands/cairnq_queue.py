@@ -23,6 +23,7 @@ from ...conf import cairnq_settings
 from ...errors import TablesMissing
 from ...flow.limits import clear_limit, effective_limits, limit_usage, runtime_limits, set_limit
 from ...flow.pausing import pause_queue, queue_states, resume_queue
+from ...humanize import first_line, text_table
 from ...observability.flow import (
     SCOPE_LABELS,
     busiest_keys,
@@ -187,8 +188,7 @@ examples:
         except (ValueError, TablesMissing) as exc:
             raise CommandError(str(exc)) from None
         except DatabaseError as exc:
-            text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            raise CommandError(f"The queue on database {using!r} failed: {text}") from exc
+            raise CommandError(f"The queue on database {using!r} failed: {first_line(exc)}") from exc
 
     def _check_combination(self, action: str, queue: str | None, options: dict[str, Any]) -> None:
         """Refuse, in one line, options that do not go with the action."""
@@ -277,14 +277,12 @@ examples:
         if not rows:
             self.stdout.write("No queues: no tasks, and none paused.")
             return
-        table = [["QUEUE", "QUEUED", "RUNNING", "STATE"]] + [
+        for line in text_table(["QUEUE", "QUEUED", "RUNNING", "STATE"], [
             [row["queue"], str(row["queued"]), str(row["running"]),
              f"paused by {row['changed_by'] or '?'}" if row["paused"] else "active"]
             for row in rows
-        ]
-        widths = [max(len(r[i]) for r in table) for i in range(4)]
-        for r in table:
-            self.stdout.write("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip())
+        ]):
+            self.stdout.write(line)
 
 
 def _what(scope: str) -> str:

@@ -10,22 +10,14 @@ from django.db.utils import Error as DatabaseError
 
 from cairnq_django.conf import cairnq_settings
 from cairnq_django.errors import CairnQError, TablesMissing
+from cairnq_django.humanize import first_line, progress_percent, text_table, valid_progress
 from cairnq_django.humanize import human_duration as format_duration
-from cairnq_django.humanize import progress_percent, valid_progress
 from cairnq_django.management import add_database_argument
 from cairnq_django.observability.flow import limits_table, usage_row
 from cairnq_django.observability.overview import Overview, overview
 from cairnq_django.observability.presence import package_version
 from cairnq_django.records import STATUSES
 from cairnq_django.tables import known_missing_tables
-
-
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header))]
-    return [
-        "  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        for row in [header, *rows]
-    ]
 
 
 def as_text(view: Overview) -> str:
@@ -43,7 +35,7 @@ def as_text(view: Overview) -> str:
             ])
         header = ["ID", "HOST", "PID", "QUEUES", "CONCURRENCY", "RUNNING", "DONE",
                   "LAST SEEN", "STATE"]
-        lines.extend(_table(header, rows))
+        lines.extend(text_table(header, rows))
         for w in view.workers:
             for task in w.running:
                 percent = progress_percent(task.progress)
@@ -62,7 +54,7 @@ def as_text(view: Overview) -> str:
             for q in view.queues
         ]
         lines.extend(
-            _table(["QUEUE", *(s.upper() for s in STATUSES), "OLDEST DUE", "STATE"], rows)
+            text_table(["QUEUE", *(s.upper() for s in STATUSES), "OLDEST DUE", "STATE"], rows)
         )
     if view.paused:
         lines.append(f"Paused queues (no Django worker claims from them): {', '.join(view.paused)}")
@@ -132,8 +124,8 @@ class Command(BaseCommand):
         try:
             view = overview(alias)
         except (DatabaseError, CairnQError) as exc:
-            text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise CommandError(
-                f"Reading the queue on database {alias!r} failed (has `migrate` run?): {text}"
+                f"Reading the queue on database {alias!r} failed (has `migrate` run?): "
+                f"{first_line(exc)}"
             ) from exc
         self.stdout.write(as_json(view) if options["json"] else as_text(view))
