@@ -208,7 +208,7 @@ class TaskRunner:
         except BaseException as exc:
             exception = exc
             if isinstance(exc, Snooze):
-                settlement.snooze_unsettled(exc.delay_ms)
+                settlement.snooze(exc.delay_ms, by_worker=True)
             elif not isinstance(exc, LostLease) and not settlement.settled and not ctx.lost_lease:
                 envelope, retryable = as_envelope(exc, registration.retries(exc))
                 ctx.fail(envelope, retryable=retryable)

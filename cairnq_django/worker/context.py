@@ -160,7 +160,7 @@ class TaskContext:
         row = self.settlement.owned(
             lambda: self._store.heartbeat(self.task_id, self._worker_id, self._lease_ms)
         )
-        self.settlement.renewed()
+        self.settlement.lease_renewed_at = time.monotonic()
         return row
 
     def canceled(self) -> bool:

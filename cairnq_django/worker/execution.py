@@ -190,7 +190,7 @@ class Execution:
         try:
             encoded = encode_result(result)
         except SerializationError:
-            return False  # complete_unsettled fails the task for it
+            return False  # the usual path's complete fails the task for it
         if not ctx.settlement.begin_completion():
             return False
         then = partial(self._completed_later, call, ctx)
@@ -224,11 +224,11 @@ class Execution:
         """Fail every task the call left unsettled, as the exception says (Snooze snoozes them)."""
         if isinstance(exc, Snooze):
             for ctx in call.contexts:
-                self._guarded(ctx, partial(ctx.settlement.snooze_unsettled, exc.delay_ms))
+                self._guarded(ctx, partial(ctx.settlement.snooze, exc.delay_ms, by_worker=True))
         elif not isinstance(exc, LostLease):
             envelope, retryable = as_envelope(exc, call.registration.retries(exc))
             for ctx in call.contexts:
-                self._guarded(ctx, partial(self._fail, ctx, envelope, retryable))
+                self._guarded(ctx, partial(ctx.settlement.fail, envelope, retryable, by_worker=True))
         self.ended(call, raised=exc)
 
     def abandon(self, call: Call, envelope: dict[str, Any], *, delay_ms: int | None) -> None:
@@ -257,13 +257,9 @@ class Execution:
             self.report(exc, phase="settle", task=ctx.name, task_id=ctx.task_id)
 
     def _complete(self, ctx: TaskContext, value: Any) -> None:
-        if isinstance(ctx, StepContext):
-            ctx.settlement.complete_unsettled(partial(ctx.write_completion, value))
-            return
-        ctx.settlement.complete_unsettled(lambda: self.write_completion(ctx.task_id, ctx.worker_id, value))
-
-    def _fail(self, ctx: TaskContext, envelope: dict[str, Any], retryable: bool) -> None:
-        ctx.settlement.fail_unsettled(envelope, retryable)
+        # A step's completion is written alone, with its release (never in a group).
+        write = ctx.settlement.store.complete if isinstance(ctx, StepContext) else self.write_completion
+        ctx.settlement.complete(lambda: write(ctx.task_id, ctx.worker_id, value), by_worker=True)
 
     # ------------------------------------------------------------ reporting
     def started(self, call: Call) -> None:

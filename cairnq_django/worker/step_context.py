@@ -59,7 +59,3 @@ class StepContext(TaskContext):
     @property
     def workflow(self) -> WorkflowHandle:
         return WorkflowHandle(self)
-
-    def write_completion(self, result: Any) -> Any:
-        """The step's completion, written alone with its release (never in a group)."""
-        return self._store.complete(self.task_id, self.worker_id, result)
