@@ -29,7 +29,7 @@ from ..pooling import release_all
 from ..records import TaskRecord, attempt_label
 from ..store.encoding import encode_result
 from ..store.leases import LeaseOperations
-from .context import TaskContext
+from .context import TaskContext, run_on_db
 from .envelopes import as_envelope
 from .registry import Registration
 from .step_context import StepContext
@@ -131,17 +131,7 @@ class Execution:
 
     async def run_async(self, call: Call, db_executor: Any) -> None:
         """Run an async handler call on the event loop; database work goes to threads."""
-        loop = asyncio.get_running_loop()
-
-        def on_db(fn: Callable[[], Any]) -> Any:
-            def run() -> Any:
-                try:
-                    return fn()
-                finally:
-                    close_old_connections()
-
-            return loop.run_in_executor(db_executor, run)
-
+        on_db = partial(run_on_db, db_executor)
         try:
             await on_db(partial(self.started, call))
             try:

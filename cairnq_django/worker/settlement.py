@@ -82,7 +82,7 @@ class Settlement:
         backoff: tuple[int, int] = (1_000, 30_000),
         retries: bool = True,
     ) -> None:
-        #: Where the settling writes go (a workflow step's swaps in StepSettling).
+        #: Where the settling writes go (a workflow step's: StepSettling).
         self.store = store
         self._task = task
         self._worker_id = worker_id

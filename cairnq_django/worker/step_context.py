@@ -41,11 +41,9 @@ class WorkflowHandle:
 class StepContext(TaskContext):
     """A TaskContext whose task is a workflow step."""
 
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.settling = StepSettling(self._store)
-        self._store = cast(LeaseOperations, self.settling)
-        self.settlement.store = self._store
+    def __init__(self, *, store: LeaseOperations, **kwargs: Any) -> None:
+        self.settling = StepSettling(store)
+        super().__init__(store=cast(LeaseOperations, self.settling), **kwargs)
         self._parents: Parents | None = None
 
     @property
