@@ -197,13 +197,10 @@ class Execution:
         A lost connection was already retried by the settler while the lease lasted.
         """
         try:
-            if error is None:
-                ctx.settlement.end_completion(row)
-            elif isinstance(error, LostLease):
-                ctx.settlement.end_completion(None, lost=True)
-            else:
+            lost = isinstance(error, LostLease)
+            ctx.settlement.end_completion(row, lost=lost)
+            if error is not None and not lost:
                 # Left running: lease recovery settles it if this worker cannot.
-                ctx.settlement.end_completion(None)
                 self.report(error, phase="settle", task=ctx.name, task_id=ctx.task_id)
             self.ended(call)
         except Exception as exc:
