@@ -244,7 +244,7 @@ class TaskRunner:
         elif row.status == "queued":
             self._send(
                 signals.task_retrying, task=row, duration=duration, error=row.error,
-                delay_ms=settlement.failure[2] if settlement.failure else 0,
+                delay_ms=settlement.retry_ms or 0,
             )
         elif row.status == "failed":
             signals.send_while_handling(

@@ -301,7 +301,7 @@ class Execution:
             logger.info("%s snoozed for %d ms after %.3fs.", where, settlement.snoozed_ms, duration)
             self.send(signals.task_snoozed, task=row, duration=duration, delay_ms=settlement.snoozed_ms)
         elif row.status == "queued":
-            delay = settlement.failure[2] if settlement.failure else 0
+            delay = settlement.retry_ms or 0
             logger.info(
                 "%s failed (%s) in %.3fs; retrying in %d ms.", where, why, duration, delay
             )

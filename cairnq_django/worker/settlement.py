@@ -107,8 +107,8 @@ class Settlement:
         self.settled = False
         #: The row as the settling write left it (None until settled here).
         self.final: TaskRecord | None = None
-        #: (envelope, retryable, delay_ms) of the fail that settled it, if any.
-        self.failure: tuple[dict[str, Any], bool, int] | None = None
+        #: The backoff (ms) of the fail that settled it, if one did (its error is on `final`).
+        self.retry_ms: int | None = None
         #: The delay (ms) of the snooze that settled it, if one did.
         self.snoozed_ms: int | None = None
         #: Set once the worker logged this attempt's end and sent its signal.
@@ -233,12 +233,12 @@ class Settlement:
 
     def _write_settle(
         self, write: Callable[[], TaskRecord], by_worker: bool, *,
-        failure: tuple[dict[str, Any], bool, int] | None = None, snoozed_ms: int | None = None,
+        retry_ms: int | None = None, snoozed_ms: int | None = None,
     ) -> TaskRecord:
         """Run a write that ends the attempt, then record how it did; the caller holds `_lock`."""
         owned = partial(self.owned, write, settling=True)
         row = self._once_more(owned) if by_worker else owned()
-        self.failure, self.snoozed_ms = failure, snoozed_ms
+        self.retry_ms, self.snoozed_ms = retry_ms, snoozed_ms
         self._settle(row)
         return row
 
@@ -294,7 +294,7 @@ class Settlement:
                 self.task_id, self._worker_id, envelope, retryable=retryable, delay_ms=delay,
                 started_at_ms=self._task.updated_at_ms,  # the claim's stamp: the attempt's start
             ),
-            by_worker, failure=(envelope, retryable, delay),
+            by_worker, retry_ms=delay,
         )
 
     @contextmanager
@@ -375,7 +375,7 @@ class Settlement:
                     started_at_ms=self._task.updated_at_ms,
                 )
             )
-            self.failure = (envelope, True, delay)
+            self.retry_ms = delay
             self._settle(row)
             return row
 
