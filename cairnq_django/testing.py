@@ -207,7 +207,7 @@ class TaskRunner:
         except BaseException as exc:
             exception = exc
             if isinstance(exc, Snooze):
-                settlement.snooze_unsettled(exc.delay_ms)
+                settlement.snooze(exc.delay_ms, by_worker=True)
             elif not isinstance(exc, LostLease) and not settlement.settled and not ctx.lost_lease:
                 envelope, retryable = as_envelope(exc, registration.retries(exc))
                 ctx.fail(envelope, retryable=retryable)
@@ -243,7 +243,7 @@ class TaskRunner:
         elif row.status == "queued":
             self._send(
                 signals.task_retrying, task=row, duration=duration, error=row.error,
-                delay_ms=settlement.failure[2] if settlement.failure else 0,
+                delay_ms=settlement.retry_ms or 0,
             )
         elif row.status == "failed":
             signals.send_while_handling(

@@ -188,7 +188,7 @@ def test_a_settle_that_fails_leaves_a_later_loss_detectable(live_store, claimed,
         raise RuntimeError("the database went away")
 
     with pytest.raises(RuntimeError):
-        ctx.settlement.complete_unsettled(broken_write)
+        ctx.settlement.complete(broken_write, by_worker=True)
     assert not ctx.settlement.settled_or_settling()
     sql(
         live_store.using,
@@ -350,7 +350,7 @@ def test_a_completion_written_elsewhere_that_lost_its_lease_flags_the_context(
     ctx.settlement.end_completion(None, lost=True)
     assert ctx.lost_lease and not ctx.settlement.settled and not ctx.settlement.settled_or_settling()
     assert ctx.wait_lost_lease(0)
-    assert ctx.settlement.fail_unsettled({"code": "x", "message": "y"}, True) is None
+    assert ctx.settlement.fail({"code": "x", "message": "y"}, True, by_worker=True) is None
 
 
 @postgres_only

@@ -39,6 +39,18 @@ _T = TypeVar("_T")
 _CANCEL_READ_INTERVAL_S = 0.2
 
 
+async def run_on_db(db_executor: Any, fn: Callable[[], _T]) -> _T:
+    """Run `fn` on one of the worker's database threads; old connections are closed after, as per request."""
+
+    def call() -> _T:
+        try:
+            return fn()
+        finally:
+            close_old_connections()
+
+    return await asyncio.get_running_loop().run_in_executor(db_executor, call)
+
+
 class AtomicCompletion:
     """Yielded by `ctx.atomic()`: set `.result` to store it with the completion."""
 
@@ -160,7 +172,7 @@ class TaskContext:
         row = self.settlement.owned(
             lambda: self._store.heartbeat(self.task_id, self._worker_id, self._lease_ms)
         )
-        self.settlement.renewed()
+        self.settlement.lease_renewed_at = time.monotonic()
         return row
 
     def canceled(self) -> bool:
@@ -276,16 +288,7 @@ class TaskContext:
         """
         if self._db_executor is None:
             return await sync_to_async(fn, thread_sensitive=True)()
-        return await self._run_db(fn)
-
-    async def _run_db(self, fn: Callable[[], _T]) -> _T:
-        def call() -> _T:
-            try:
-                return fn()
-            finally:
-                close_old_connections()
-
-        return await asyncio.get_running_loop().run_in_executor(self._db_executor, call)
+        return await run_on_db(self._db_executor, fn)
 
     async def aprogress(self, value: float | None, message: str | None = None) -> TaskRecord:
         return await self.run_db(partial(self.progress, value, message))

@@ -8,13 +8,6 @@ from typing import Any
 from ..errors import TaskError, error_envelope
 
 
-def task_error_envelope(exc: TaskError) -> dict[str, Any]:
-    return error_envelope(
-        type="TaskError", code=exc.code, message=exc.message,
-        retryable=exc.retryable, details=exc.details,
-    )
-
-
 def exception_envelope(exc: BaseException, *, retryable: bool = True) -> dict[str, Any]:
     """Describe an unexpected exception; the traceback goes into details."""
     return error_envelope(
@@ -32,22 +25,22 @@ def as_envelope(error: Any, retryable: bool) -> tuple[dict[str, Any], bool]:
     A TaskError carries its own retryability; everything else takes the caller's.
     """
     if isinstance(error, TaskError):
-        return task_error_envelope(error), error.retryable
+        envelope = error_envelope(
+            type="TaskError", code=error.code, message=error.message,
+            retryable=error.retryable, details=error.details,
+        )
+        return envelope, error.retryable
     if isinstance(error, BaseException):
         return exception_envelope(error, retryable=retryable), retryable
-    if isinstance(error, dict):
-        envelope = error_envelope(
-            type=str(error.get("type", "TaskError")),
-            code=str(error.get("code", "task_error")),
-            message=str(error.get("message", "")),
-            retryable=retryable,
-            details=error.get("details") or {},
-        )
-        return envelope, retryable
-    return (
-        error_envelope(type="TaskError", code="task_error", message=str(error), retryable=retryable),
-        retryable,
+    fields = error if isinstance(error, dict) else {"message": error}  # a reason
+    envelope = error_envelope(
+        type=str(fields.get("type", "TaskError")),
+        code=str(fields.get("code", "task_error")),
+        message=str(fields.get("message", "")),
+        retryable=retryable,
+        details=fields.get("details") or {},
     )
+    return envelope, retryable
 
 
 def timeout_envelope(name: str, max_run_ms: int) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from ..pooling import release_all
 from ..records import TaskRecord, attempt_label
 from ..store.encoding import encode_result
 from ..store.leases import LeaseOperations
-from .context import TaskContext
+from .context import TaskContext, run_on_db
 from .envelopes import as_envelope
 from .registry import Registration
 from .step_context import StepContext
@@ -131,17 +131,7 @@ class Execution:
 
     async def run_async(self, call: Call, db_executor: Any) -> None:
         """Run an async handler call on the event loop; database work goes to threads."""
-        loop = asyncio.get_running_loop()
-
-        def on_db(fn: Callable[[], Any]) -> Any:
-            def run() -> Any:
-                try:
-                    return fn()
-                finally:
-                    close_old_connections()
-
-            return loop.run_in_executor(db_executor, run)
-
+        on_db = partial(run_on_db, db_executor)
         try:
             await on_db(partial(self.started, call))
             try:
@@ -190,7 +180,7 @@ class Execution:
         try:
             encoded = encode_result(result)
         except SerializationError:
-            return False  # complete_unsettled fails the task for it
+            return False  # the usual path's complete fails the task for it
         if not ctx.settlement.begin_completion():
             return False
         then = partial(self._completed_later, call, ctx)
@@ -207,13 +197,10 @@ class Execution:
         A lost connection was already retried by the settler while the lease lasted.
         """
         try:
-            if error is None:
-                ctx.settlement.end_completion(row)
-            elif isinstance(error, LostLease):
-                ctx.settlement.end_completion(None, lost=True)
-            else:
+            lost = isinstance(error, LostLease)
+            ctx.settlement.end_completion(row, lost=lost)
+            if error is not None and not lost:
                 # Left running: lease recovery settles it if this worker cannot.
-                ctx.settlement.end_completion(None)
                 self.report(error, phase="settle", task=ctx.name, task_id=ctx.task_id)
             self.ended(call)
         except Exception as exc:
@@ -224,11 +211,11 @@ class Execution:
         """Fail every task the call left unsettled, as the exception says (Snooze snoozes them)."""
         if isinstance(exc, Snooze):
             for ctx in call.contexts:
-                self._guarded(ctx, partial(ctx.settlement.snooze_unsettled, exc.delay_ms))
+                self._guarded(ctx, partial(ctx.settlement.snooze, exc.delay_ms, by_worker=True))
         elif not isinstance(exc, LostLease):
             envelope, retryable = as_envelope(exc, call.registration.retries(exc))
             for ctx in call.contexts:
-                self._guarded(ctx, partial(self._fail, ctx, envelope, retryable))
+                self._guarded(ctx, partial(ctx.settlement.fail, envelope, retryable, by_worker=True))
         self.ended(call, raised=exc)
 
     def abandon(self, call: Call, envelope: dict[str, Any], *, delay_ms: int | None) -> None:
@@ -257,13 +244,9 @@ class Execution:
             self.report(exc, phase="settle", task=ctx.name, task_id=ctx.task_id)
 
     def _complete(self, ctx: TaskContext, value: Any) -> None:
-        if isinstance(ctx, StepContext):
-            ctx.settlement.complete_unsettled(partial(ctx.write_completion, value))
-            return
-        ctx.settlement.complete_unsettled(lambda: self.write_completion(ctx.task_id, ctx.worker_id, value))
-
-    def _fail(self, ctx: TaskContext, envelope: dict[str, Any], retryable: bool) -> None:
-        ctx.settlement.fail_unsettled(envelope, retryable)
+        # A step's completion is written alone, with its release (never in a group).
+        write = ctx.settlement.store.complete if isinstance(ctx, StepContext) else self.write_completion
+        ctx.settlement.complete(lambda: write(ctx.task_id, ctx.worker_id, value), by_worker=True)
 
     # ------------------------------------------------------------ reporting
     def started(self, call: Call) -> None:
@@ -318,7 +301,7 @@ class Execution:
             logger.info("%s snoozed for %d ms after %.3fs.", where, settlement.snoozed_ms, duration)
             self.send(signals.task_snoozed, task=row, duration=duration, delay_ms=settlement.snoozed_ms)
         elif row.status == "queued":
-            delay = settlement.failure[2] if settlement.failure else 0
+            delay = settlement.retry_ms or 0
             logger.info(
                 "%s failed (%s) in %.3fs; retrying in %d ms.", where, why, duration, delay
             )

@@ -264,13 +264,21 @@ class IdlePolicy:
         return True
 
     # ------------------------------------------------------------ waits
-    def wait_for_change(self, timeout_s: float) -> None:
+    def wait_for_change(self, timeout_s: float, *, released_only: bool = False) -> None:
+        """Wait for a change in the calls in flight (`released_only`: for one to be released)."""
         release(self._using)
+        in_flight = len(self._in_flight)
         deadline = time.monotonic() + timeout_s
         while not self._stopping():
             remaining = deadline - time.monotonic()
-            if remaining <= 0 or self._changed.wait(min(remaining, SLICE_S)):
+            if remaining <= 0:
                 return
+            if self._changed.wait(min(remaining, SLICE_S)):
+                if not released_only:
+                    return
+                self._changed.clear()
+                if len(self._in_flight) < in_flight:
+                    return
 
     def held_wait(self, seconds: float) -> None:
         """After a claim a limit held back: wait for a call of this worker to settle, or `seconds`.
@@ -283,18 +291,8 @@ class IdlePolicy:
         the next claim skips the probe, so an opening window is used at once
         (a start's lateness delays its slot's reuse by as much).
         """
-        release(self._using)
         self._refresh_presence()
-        in_flight = len(self._in_flight)
-        deadline = time.monotonic() + seconds
-        while not self._stopping():
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                break
-            if self._changed.wait(min(remaining, SLICE_S)):
-                self._changed.clear()
-                if len(self._in_flight) < in_flight:
-                    break
+        self.wait_for_change(seconds, released_only=True)
         self.work_likely = True
 
     def sleep(self, seconds: float) -> None:

@@ -123,8 +123,4 @@ def requeue_delay_ms(ctx: TaskContext) -> int | None:
     final = settlement.final
     if final is None or final.status != "queued":
         return None
-    if settlement.snoozed_ms is not None:
-        return settlement.snoozed_ms
-    if settlement.failure is not None:
-        return settlement.failure[2]
-    return None
+    return settlement.snoozed_ms if settlement.snoozed_ms is not None else settlement.retry_ms

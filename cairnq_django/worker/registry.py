@@ -185,25 +185,8 @@ def _is_async(fn: Handler) -> bool:
     return call is not None and inspect.iscoroutinefunction(call)
 
 
-def register(
-    name: str,
-    fn: Handler,
-    *,
-    batch: int | None = None,
-    concurrency: int | None = None,
-    max_attempts: int | None = None,
-    queue: str | None = None,
-    priority: int | None = None,
-    autoretry_for: Any = None,
-    retry_backoff: Any = None,
-    retry_backoff_max: Any = None,
-) -> Registration:
-    """Register `fn` as the handler for task `name` in the process-wide registry."""
-    return registry.register(
-        name, fn, batch=batch, concurrency=concurrency, max_attempts=max_attempts, queue=queue,
-        priority=priority, autoretry_for=autoretry_for, retry_backoff=retry_backoff,
-        retry_backoff_max=retry_backoff_max,
-    )
+#: Register `fn` as the handler for task `name` in the process-wide registry.
+register = registry.register
 
 
 def task(

@@ -28,6 +28,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from typing import Any
 
 from django.db import connections, transaction
@@ -81,7 +82,7 @@ class Settlement:
         backoff: tuple[int, int] = (1_000, 30_000),
         retries: bool = True,
     ) -> None:
-        #: Where the settling writes go (a workflow step's swaps in StepSettling).
+        #: Where the settling writes go (a workflow step's: StepSettling).
         self.store = store
         self._task = task
         self._worker_id = worker_id
@@ -106,8 +107,8 @@ class Settlement:
         self.settled = False
         #: The row as the settling write left it (None until settled here).
         self.final: TaskRecord | None = None
-        #: (envelope, retryable, delay_ms) of the fail that settled it, if any.
-        self.failure: tuple[dict[str, Any], bool, int] | None = None
+        #: The backoff (ms) of the fail that settled it, if one did (its error is on `final`).
+        self.retry_ms: int | None = None
         #: The delay (ms) of the snooze that settled it, if one did.
         self.snoozed_ms: int | None = None
         #: Set once the worker logged this attempt's end and sent its signal.
@@ -165,21 +166,13 @@ class Settlement:
             self._set_lost()
             return True
 
-    def _begin_settling(self) -> None:
+    def _set_settling(self, settling: bool) -> None:
         with self._state_lock:
-            self._settling = True
-
-    def _abort_settling(self) -> None:
-        with self._state_lock:
-            self._settling = False
+            self._settling = settling
 
     def observe_cancel(self, cancel_requested: bool) -> None:
         if cancel_requested:
             self.cancel_seen = True
-
-    def renewed(self) -> None:
-        """The lease was just renewed through this attempt."""
-        self.lease_renewed_at = time.monotonic()
 
     def lease_expired_by(self) -> float:
         """The monotonic time by which this attempt's lease has certainly expired, unless renewed."""
@@ -203,24 +196,17 @@ class Settlement:
                 # and reporting that as a lost lease would be misleading.
                 raise LostLease(self.task_id)
             if settling:
-                self._begin_settling()
+                self._set_settling(True)
             try:
                 row = write()
-            except LostLease:
-                self.mark_lost_lease()
+            except BaseException as exc:
+                if isinstance(exc, LostLease):
+                    self.mark_lost_lease()
                 if settling:
-                    self._abort_settling()
-                raise
-            except BaseException:
-                if settling:
-                    self._abort_settling()
+                    self._set_settling(False)
                 raise
             self.observe_cancel(row.cancel_requested)
             return row
-
-    def _owned_settle(self, write: Callable[[], TaskRecord]) -> TaskRecord:
-        """`owned` for a write that ends the attempt (completion or failure)."""
-        return self.owned(write, settling=True)
 
     def _settle(self, row: TaskRecord) -> None:
         self.final = row
@@ -232,58 +218,84 @@ class Settlement:
         base, cap = self._backoff
         return retry_delay_ms(self._task.attempt, base_ms=base, cap_ms=cap)
 
-    # ------------------------------------------------------------ settling by the handler
-    # Settling twice is a no-op that returns None; a lost lease raises LostLease.
+    # ------------------------------------------------------------ settling
+    # The handler settles through complete (succeed), fail and snooze: settling
+    # twice is a no-op that returns None, and a lost lease raises LostLease.
+    # The worker settles what a call left unsettled through the same methods
+    # with `by_worker=True`: each does nothing (and returns None) once the
+    # attempt is settled or its lease is lost, and each write is worth one
+    # reconnect: the handler's work is done, and losing its settle to a
+    # connection the server dropped would run it again.
+
+    def _may_settle(self, by_worker: bool) -> bool:
+        """Whether a settle still has something to write; the caller holds `_lock`."""
+        return not (self.settled or by_worker and self._lost)
+
+    def _write_settle(
+        self, write: Callable[[], TaskRecord], by_worker: bool, *,
+        retry_ms: int | None = None, snoozed_ms: int | None = None,
+    ) -> TaskRecord:
+        """Run a write that ends the attempt, then record how it did; the caller holds `_lock`."""
+        owned = partial(self.owned, write, settling=True)
+        row = self._once_more(owned) if by_worker else owned()
+        self.retry_ms, self.snoozed_ms = retry_ms, snoozed_ms
+        self._settle(row)
+        return row
 
     def succeed(self, result: Any) -> TaskRecord | None:
+        return self.complete(lambda: self.store.complete(self.task_id, self._worker_id, result))
+
+    def complete(self, write: Callable[[], TaskRecord], *, by_worker: bool = False) -> TaskRecord | None:
+        """Complete the task through `write` (the worker's group commit, say).
+
+        By the worker, a result that cannot be stored as JSON fails the task
+        permanently instead; the handler gets the SerializationError.
+        """
         with self._lock:
-            if self.settled:
+            if not self._may_settle(by_worker):
                 return None
-            row = self._owned_settle(
-                lambda: self.store.complete(self.task_id, self._worker_id, result)
+            try:
+                return self._write_settle(write, by_worker)
+            except SerializationError as exc:
+                if not by_worker:
+                    raise
+                return self.fail_unserializable(exc)
+
+    def fail(
+        self, envelope: dict[str, Any], retryable: bool, *, by_worker: bool = False
+    ) -> TaskRecord | None:
+        """Fail the task with `envelope`, with backoff while attempts remain if retryable."""
+        with self._lock:
+            if not self._may_settle(by_worker):
+                return None
+            return self._fail_owned(envelope, retryable, by_worker)
+
+    def snooze(self, delay_ms: int, *, by_worker: bool = False) -> TaskRecord | None:
+        with self._lock:
+            if not self._may_settle(by_worker):
+                return None
+            return self._write_settle(
+                lambda: self.store.snooze(
+                    self.task_id, self._worker_id, delay_ms, started_at_ms=self._task.updated_at_ms
+                ),
+                by_worker, snoozed_ms=delay_ms,
             )
-            self._settle(row)
-            return row
-
-    def fail(self, envelope: dict[str, Any], retryable: bool) -> TaskRecord | None:
-        with self._lock:
-            if self.settled:
-                return None
-            return self._fail_owned(envelope, retryable)
-
-    def snooze(self, delay_ms: int) -> TaskRecord | None:
-        with self._lock:
-            if self.settled:
-                return None
-            return self._snooze_owned(delay_ms)
 
     def fail_unserializable(self, exc: SerializationError) -> TaskRecord:
         """Fail the task for good: its result cannot be stored as JSON, and no retry changes that."""
         with self._lock:
             return self._fail_owned(unserializable_envelope(exc), False)
 
-    def _fail_owned(self, envelope: dict[str, Any], retryable: bool) -> TaskRecord:
+    def _fail_owned(self, envelope: dict[str, Any], retryable: bool, by_worker: bool = False) -> TaskRecord:
         retryable = retryable and self._retries
         delay = self.retry_delay_ms() if retryable else 0
-        row = self._owned_settle(
+        return self._write_settle(
             lambda: self.store.fail(
                 self.task_id, self._worker_id, envelope, retryable=retryable, delay_ms=delay,
                 started_at_ms=self._task.updated_at_ms,  # the claim's stamp: the attempt's start
-            )
+            ),
+            by_worker, retry_ms=delay,
         )
-        self.failure = (envelope, retryable, delay)
-        self._settle(row)
-        return row
-
-    def _snooze_owned(self, delay_ms: int) -> TaskRecord:
-        row = self._owned_settle(
-            lambda: self.store.snooze(
-                self.task_id, self._worker_id, delay_ms, started_at_ms=self._task.updated_at_ms
-            )
-        )
-        self.snoozed_ms = delay_ms
-        self._settle(row)
-        return row
 
     @contextmanager
     def atomic(self, result: Callable[[], Any]) -> Iterator[None]:
@@ -301,51 +313,32 @@ class Settlement:
                 yield
                 # Settling from here: once the commit below lands, a heartbeat
                 # finds the row finished before `_settle` records it.
-                row = self._owned_settle(
-                    lambda: self.store.complete(self.task_id, self._worker_id, result())
+                row = self.owned(
+                    lambda: self.store.complete(self.task_id, self._worker_id, result()),
+                    settling=True,
                 )
         except BaseException:
-            self._abort_settling()
+            self._set_settling(False)
             raise
         # Marked settled only once committed: a failed commit leaves the task
         # to the worker (or to lease recovery), never silently "done".
         with self._lock:
             self._settle(row)
 
-    # ------------------------------------------------------------ settling by the worker
-    # The worker settles what a call left unsettled through these. Each does
-    # nothing (and returns None) once the attempt is settled or its lease is
-    # lost, and each write is worth one reconnect: the handler's work is done,
-    # and losing its settle to a connection the server dropped would run it again.
-
-    def complete_unsettled(self, write: Callable[[], TaskRecord]) -> TaskRecord | None:
-        """Complete the task through `write` (the worker's group commit, say).
-
-        A result that cannot be stored as JSON fails the task permanently instead.
-        """
-        with self._lock:
-            if self.settled or self.lost_lease:
-                return None
-            try:
-                row = self._once_more(lambda: self._owned_settle(write))
-            except SerializationError as exc:
-                return self.fail_unserializable(exc)
-            self._settle(row)
-            return row
-
+    # ------------------------------------------------------------ completing on the settler thread
     def begin_completion(self) -> bool:
         """Start a completion that another thread writes; False if there is nothing to complete.
 
-        The attempt is settling from here, as during `complete_unsettled`'s
-        write, and the lock's next holder waits until `end_completion`
+        The attempt is settling from here, as during a `complete` by the
+        worker, and the lock's next holder waits until `end_completion`
         reports the write's outcome.
         """
         with self._lock:
-            if self.settled or self.lost_lease:
+            if not self._may_settle(by_worker=True):
                 return False
             pending = threading.Lock()
             pending.acquire()
-            self._begin_settling()
+            self._set_settling(True)
             self._lock.pending = pending
             return True
 
@@ -363,20 +356,6 @@ class Settlement:
             pending, self._lock.pending = self._lock.pending, None
         if pending is not None:
             pending.release()
-
-    def fail_unsettled(self, envelope: dict[str, Any], retryable: bool) -> TaskRecord | None:
-        """Fail the task with `envelope`, with backoff while attempts remain if retryable."""
-        with self._lock:
-            if self.settled or self.lost_lease:
-                return None
-            return self._once_more(lambda: self._fail_owned(envelope, retryable))
-
-    def snooze_unsettled(self, delay_ms: int) -> TaskRecord | None:
-        """Snooze the task for delay_ms (the handler raised Snooze)."""
-        with self._lock:
-            if self.settled or self.lost_lease:
-                return None
-            return self._once_more(lambda: self._snooze_owned(delay_ms))
 
     def abandon(self, envelope: dict[str, Any], *, delay_ms: int | None) -> TaskRecord | None:
         """Take the task from its handler: flag the lease lost, then fail it retryably.
@@ -396,7 +375,7 @@ class Settlement:
                     started_at_ms=self._task.updated_at_ms,
                 )
             )
-            self.failure = (envelope, True, delay)
+            self.retry_ms = delay
             self._settle(row)
             return row
 

@@ -73,13 +73,7 @@ class _Item:
     def done(self) -> bool:
         return self._set
 
-    def set_result(self, row: TaskRecord) -> None:
-        self._settle(row, None)
-
-    def set_exception(self, error: BaseException) -> None:
-        self._settle(None, error)
-
-    def _settle(self, row: TaskRecord | None, error: BaseException | None) -> None:
+    def settle(self, row: TaskRecord | None, error: BaseException | None) -> None:
         if self._set:
             raise RuntimeError(f"the completion of {self.task_id} was settled twice")
         self._set = True
@@ -235,7 +229,7 @@ class Settler:
         except Exception as exc:
             group = [item for item in group if not item.done()]  # some may be given up
             if len(group) == 1:
-                group[0].set_exception(exc)
+                group[0].settle(None, exc)
                 return
             # Whatever broke the group may be one row's doing: settle each alone
             # so the others are not held hostage to it.
@@ -250,10 +244,7 @@ class Settler:
         self.groups += 1
         self.settled += sum(row is not None for row in rows)
         for item, row in zip(group, rows, strict=True):  # a row per item, None if lost
-            if row is None:
-                item.set_exception(LostLease(item.task_id))
-            else:
-                item.set_result(row)
+            item.settle(row, None if row is not None else LostLease(item.task_id))
 
     def _attempt(self, group: list[_Item]) -> tuple[list[_Item], list[TaskRecord | None]]:
         """Write the group, retrying a lost connection while a lease could still be valid.
@@ -282,7 +273,7 @@ class Settler:
                     raise _GaveUp from exc
                 if self._give_up.wait(delay):
                     for item in group:
-                        item.set_exception(exc)
+                        item.settle(None, exc)
                     raise _GaveUp from exc
                 delay = min(RETRY_MAX_S, max(RETRY_INITIAL_S, delay * 2))
 
@@ -305,7 +296,7 @@ class Settler:
                 "its lease had expired. Lease recovery will run it again.",
                 item.task_id, str(exc).strip(),
             )
-            item.set_exception(exc)
+            item.settle(None, exc)
         if keep and not retried:
             logger.warning(
                 "Writing %d completion(s) failed on the connection (%s); retrying on a fresh "
@@ -339,6 +330,6 @@ class Settler:
             except queue.Empty:
                 return
             if item is not None and not item.done():
-                item.set_exception(
-                    RuntimeError("the settler thread stopped before writing this completion")
+                item.settle(
+                    None, RuntimeError("the settler thread stopped before writing this completion")
                 )

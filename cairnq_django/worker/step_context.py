@@ -41,11 +41,9 @@ class WorkflowHandle:
 class StepContext(TaskContext):
     """A TaskContext whose task is a workflow step."""
 
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.settling = StepSettling(self._store)
-        self._store = cast(LeaseOperations, self.settling)
-        self.settlement.store = self._store
+    def __init__(self, *, store: LeaseOperations, **kwargs: Any) -> None:
+        self.settling = StepSettling(store)
+        super().__init__(store=cast(LeaseOperations, self.settling), **kwargs)
         self._parents: Parents | None = None
 
     @property
@@ -59,7 +57,3 @@ class StepContext(TaskContext):
     @property
     def workflow(self) -> WorkflowHandle:
         return WorkflowHandle(self)
-
-    def write_completion(self, result: Any) -> Any:
-        """The step's completion, written alone with its release (never in a group)."""
-        return self._store.complete(self.task_id, self.worker_id, result)
