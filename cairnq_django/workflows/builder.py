@@ -15,9 +15,9 @@ caller's transaction.
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from graphlib import CycleError, TopologicalSorter
 from typing import Any
 
 from django.db import transaction
@@ -149,7 +149,7 @@ class Workflow:
                     )
                 names += groups[group]
             parents[step.name] = list(dict.fromkeys(names))
-        _check_acyclic(self.name, [s.name for s in steps], parents)
+        _check_acyclic(self.name, parents)
         return steps, parents
 
     def _check_step(self, store: ApplicationOperations, step: _Planned) -> None:
@@ -238,24 +238,12 @@ def _as_list(after: Any) -> list[Any]:
     )
 
 
-def _check_acyclic(workflow: str, names: list[str], parents: dict[str, list[str]]) -> None:
-    """Raise InvalidWorkflow naming a step on a cycle (Kahn's algorithm leaves it unvisited)."""
-    children: dict[str, list[str]] = {name: [] for name in names}
-    waiting = {name: len(parents[name]) for name in names}
-    for child, ps in parents.items():
-        for parent in ps:
-            children[parent].append(child)
-    ready = deque(name for name, count in waiting.items() if count == 0)
-    visited = 0
-    while ready:
-        name = ready.popleft()
-        visited += 1
-        for child in children[name]:
-            waiting[child] -= 1
-            if waiting[child] == 0:
-                ready.append(child)
-    if visited < len(names):
-        stuck = sorted(name for name, count in waiting.items() if count > 0)
+def _check_acyclic(workflow: str, parents: dict[str, list[str]]) -> None:
+    """Raise InvalidWorkflow naming the steps of a cycle."""
+    try:
+        TopologicalSorter(parents).prepare()
+    except CycleError as exc:
+        stuck = sorted(set(exc.args[1]))
         raise InvalidWorkflow(
             f"Workflow {workflow!r} has a cycle: steps {', '.join(map(repr, stuck[:5]))} wait on each other."
-        )
+        ) from None
