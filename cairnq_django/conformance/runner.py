@@ -143,16 +143,14 @@ def _sleep(store: LeaseOperations, ms: int) -> None:
 OPS: dict[str, Callable[..., Any]] = {
     "submit": _submit,
     "get": lambda store, id: store.get(id),
-    "get_by_key": lambda store, key: store.get_by_key(key),
+    "get_by_key": LeaseOperations.get_by_key,
     "get_status": lambda store, id: store.get_status(id),
-    "get_status_by_key": lambda store, key: store.get_status_by_key(key),
+    "get_status_by_key": LeaseOperations.get_status_by_key,
     "list": _list,
     "cancel": lambda store, id: store.cancel(id),
-    "cancel_by_key": lambda store, key: store.cancel_by_key(key),
+    "cancel_by_key": LeaseOperations.cancel_by_key,
     "retry": lambda store, id, reset_attempt=False: store.retry(id, reset_attempt=reset_attempt),
-    "retry_by_key": lambda store, key, reset_attempt=False: store.retry_by_key(
-        key, reset_attempt=reset_attempt
-    ),
+    "retry_by_key": LeaseOperations.retry_by_key,
     "purge": LeaseOperations.purge,
     "stats": LeaseOperations.stats,
     "queue_depth": LeaseOperations.queue_depth,
