@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import transaction
 
 from ..declared import row_options
 from ..models import ScheduleState
@@ -44,15 +44,10 @@ def ensure_states(using: str, names: list[str], now: int) -> dict[str, ScheduleS
     """
     states = read_states(using, names)
     for name in names:
-        if name in states:
-            continue
-        try:
-            with transaction.atomic(using=using):
-                states[name] = ScheduleState.objects.using(using).create(
-                    name=name, cursor_ms=now, created_at_ms=now, updated_at_ms=now
-                )
-        except IntegrityError:  # another worker created it first
-            states[name] = ScheduleState.objects.using(using).get(name=name)
+        if name not in states:  # another worker may create it first: get_or_create
+            states[name], _ = ScheduleState.objects.using(using).get_or_create(
+                name=name, defaults={"cursor_ms": now, "created_at_ms": now, "updated_at_ms": now}
+            )
     return states
 
 
