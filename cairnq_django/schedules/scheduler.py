@@ -26,6 +26,7 @@ from django.db import connections
 
 from ..conf import cairnq_settings
 from ..pooling import release
+from ..store import get_store
 from . import state
 from .config import Plan, Schedule, configured_schedules
 
@@ -119,7 +120,7 @@ class Scheduler:
 
     def tick(self) -> int:
         """Enqueue every due occurrence once; return how long to sleep, in ms."""
-        now = state.db_now_ms(self.using)
+        now = get_store(self.using).clock_ms()
         names = [s.name for s in self.schedules]
         states = state.read_states(self.using, names)
         if len(states) < len(names):
@@ -137,7 +138,7 @@ class Scheduler:
                 self._carry_out(schedule, row.cursor_ms, plan)
             if plan.next_ms is not None:
                 wake = min(wake, plan.next_ms)
-        return max(0, wake - state.db_now_ms(self.using)) + _WAKE_MARGIN_MS
+        return max(0, wake - get_store(self.using).clock_ms()) + _WAKE_MARGIN_MS
 
     def _carry_out(self, schedule: Schedule, cursor: int, plan: Plan) -> None:
         if plan.missed:

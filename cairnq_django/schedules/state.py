@@ -23,11 +23,6 @@ from ..store import get_store
 from .config import Schedule
 
 
-def db_now_ms(using: str) -> int:
-    """Now in epoch ms from the queue's clock: the database's on PostgreSQL, this host's on SQLite."""
-    return get_store(using).clock_ms()
-
-
 def read_states(using: str, names: list[str] | None = None) -> dict[str, ScheduleState]:
     """The state rows by name (all of them, or those of `names`)."""
     rows = ScheduleState.objects.using(using)
@@ -93,7 +88,7 @@ def advance(
     schedule is paused. Nothing is written then.
     """
     with transaction.atomic(using=using):
-        now = db_now_ms(using)
+        now = get_store(using).clock_ms()
         fields: dict[str, Any] = {"cursor_ms": new_cursor_ms, "updated_at_ms": now}
         if occurrence_ms is not None:
             fields.update(last_occurrence_ms=occurrence_ms, last_enqueued_at_ms=now)
@@ -114,7 +109,7 @@ def advance(
 def run_now(using: str, schedule: Schedule) -> TaskRecord:
     """Enqueue the schedule's task now, outside its timetable; the cursor stays where it is."""
     with transaction.atomic(using=using):
-        now = db_now_ms(using)
+        now = get_store(using).clock_ms()
         ensure_states(using, [schedule.name], now)
         rows = ScheduleState.objects.using(using).filter(name=schedule.name)
         # Row lock first, then the enqueue (and its key lock), in the order
@@ -132,7 +127,7 @@ def set_paused(using: str, name: str, paused: bool) -> bool:
     was paused are not run, however `missed` is set.
     """
     with transaction.atomic(using=using):
-        now = db_now_ms(using)
+        now = get_store(using).clock_ms()
         ensure_states(using, [name], now)
         fields: dict[str, Any] = {"paused": paused, "updated_at_ms": now}
         if not paused:
