@@ -111,7 +111,8 @@ class Scheduler:
                 sleep_ms = self.tick()
             except Exception as exc:
                 self._error(exc)
-                _close(self.using)
+                with suppress(Exception):
+                    connections[self.using].close()
                 sleep_ms, retry_ms = retry_ms, min(_RETRY_MAX_MS, retry_ms * 2)
             else:
                 retry_ms = _RETRY_FIRST_MS
@@ -175,8 +176,3 @@ class Scheduler:
             self._report(exc, phase="schedule")
         else:
             logger.error("The scheduler recovered from an error: %s", exc, exc_info=exc)
-
-
-def _close(using: str) -> None:
-    with suppress(Exception):
-        connections[using].close()
