@@ -105,18 +105,14 @@ class RetentionSweeper:
         """Apply every rule until nothing it matches is left (or stop() is called)."""
         self._enter()
         try:
-            if not self.dry_run:
-                self._release_workflow_steps()
+            # The workflows' backstop, before any purge: steps whose task another SDK's worker ended.
+            settled = 0 if self.dry_run else release_finished_steps(using=self.using)
+            if settled:
+                logger.info("Released the children of %d workflow steps that ended outside a worker's "
+                            "settle.", settled)
             return [self._sweep_rule(rule) for rule in self.rules]
         finally:
             self._leave()
-
-    def _release_workflow_steps(self) -> None:
-        """The workflows' backstop, before any purge: steps whose task another SDK's worker ended."""
-        settled = release_finished_steps(using=self.using)
-        if settled:
-            logger.info("Released the children of %d workflow steps that ended outside a worker's settle.",
-                        settled)
 
     def _sweep_rule(self, rule: RetentionRule) -> RuleResult:
         if self.dry_run:
