@@ -29,11 +29,11 @@ from ..jsoncodec import dumps
 from ..models import Workflow as WorkflowRow
 from ..models import WorkflowEdge, WorkflowStep
 from ..models.workflows import WHEN_CHOICES
-from ..records import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE, MAX_LIMIT_VALUE_LENGTH, TaskSpec
+from ..records import TaskSpec
 from ..store import ApplicationOperations, get_store
 from ..validators import MAX_KEY_LENGTH, MAX_NAME_LENGTH, check_label
 from .reads import WorkflowRun
-from .steps import CONCURRENCY_PREFIX, InvalidWorkflow, task_name, task_spec
+from .steps import CONCURRENCY_PREFIX, InvalidWorkflow, prepare_step, task_name, task_spec
 
 # The most steps one enqueue() writes: a graph this size is written in one
 # transaction, and a larger one is more likely a mistake than a plan.
@@ -169,13 +169,8 @@ class Workflow:
         delay_ms = validators.delay_ms(options.pop("delay", None), None, timezone.now())
         if delay_ms:
             options["delay_ms"] = delay_ms
-        check_label("concurrency_key", options.get("concurrency_key"), MAX_LIMIT_VALUE_LENGTH, optional=True)
-        # prepare() runs the enqueue checks (name, queue, priority, max_attempts) and writes nothing.
-        store.prepare(
-            step.task, step.payload, queue=options.get("queue", DEFAULT_QUEUE),
-            priority=options.get("priority", DEFAULT_PRIORITY),
-            max_attempts=options.get("max_attempts", DEFAULT_MAX_ATTEMPTS), delay_ms=delay_ms,
-        )
+        # prepare() runs the enqueue checks (name, key, queue, priority, max_attempts), writing nothing.
+        prepare_step(store, step.task, step.payload, options)
 
     # ------------------------------------------------------------ writing
     def _write(
