@@ -118,18 +118,12 @@ class Presence:
         else:
             self._check_failing = False
 
-    def _fields(self) -> dict[str, Any]:
-        running = self.running()
-        return {
-            "tasks_running": running,
-            "tasks_done": max(0, self.worker.tasks_started - running),
-        }
-
     def record(self) -> None:
         """Insert or refresh this worker's row, and forget long-gone workers."""
         rows = WorkerRecord.objects.using(self.using)
         now = database_now_ms(self.using)
-        fields = self._fields()
+        running = self.running()
+        fields = {"tasks_running": running, "tasks_done": max(0, self.worker.tasks_started - running)}
         if not rows.filter(pk=self.worker.worker_id).update(last_seen_ms=now, **fields):
             rows.create(
                 id=self.worker.worker_id,
