@@ -26,6 +26,7 @@ from django.db import connections
 
 from ..conf import cairnq_settings
 from ..pooling import release
+from ..records import TaskRecord
 from ..store import get_store
 from . import state
 from .config import Plan, Schedule, configured_schedules
@@ -156,12 +157,12 @@ class Scheduler:
                     self.using, schedule, expected_cursor_ms=cursor, occurrence_ms=occurrence,
                     new_cursor_ms=plan.advance_to if last else occurrence,
                 )
-            if not isinstance(fired, state.Fired):
+            if not isinstance(fired, TaskRecord):
                 return  # None: another scheduler got there first (or it was paused)
             self.enqueued += 1
             logger.info(
                 "Schedule %r: enqueued %s %s for %s.",
-                schedule.name, schedule.task, fired.task.id, _iso(occurrence),
+                schedule.name, schedule.task, fired.id, _iso(occurrence),
             )
             cursor = plan.advance_to if last else occurrence
         if not plan.run:

@@ -11,7 +11,6 @@ SQLite BEGIN IMMEDIATE serializes them outright. The loser writes nothing.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
@@ -46,14 +45,6 @@ def ensure_states(using: str, names: list[str], now: int) -> dict[str, ScheduleS
     return states
 
 
-@dataclass(frozen=True, slots=True)
-class Fired:
-    """An occurrence this process enqueued."""
-
-    occurrence_ms: int
-    task: TaskRecord
-
-
 def _submit(using: str, schedule: Schedule, occurrence_ms: int | None, trigger: str) -> TaskRecord:
     store = get_store(using)
     metadata: dict[str, Any] = {
@@ -79,10 +70,11 @@ def advance(
     expected_cursor_ms: int,
     occurrence_ms: int | None,
     new_cursor_ms: int,
-) -> Fired | None | bool:
+) -> TaskRecord | bool | None:
     """Move the cursor from `expected_cursor_ms` to `new_cursor_ms`, enqueueing `occurrence_ms`.
 
-    Returns the Fired occurrence, True when the cursor moved without an enqueue
+    Returns the task enqueued for the occurrence (its metadata names it), True
+    when the cursor moved without an enqueue
     (occurrence_ms None: missed occurrences passed over), or None when the
     compare-and-set lost: another scheduler moved the cursor first, or the
     schedule is paused. Nothing is written then.
@@ -103,7 +95,7 @@ def advance(
         ScheduleState.objects.using(using).filter(name=schedule.name).update(
             last_task_id=task.id
         )
-        return Fired(occurrence_ms=occurrence_ms, task=task)
+        return task
 
 
 def run_now(using: str, schedule: Schedule) -> TaskRecord:
