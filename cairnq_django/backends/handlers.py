@@ -71,10 +71,7 @@ class TaskHandler:
         args, kwargs = self.arguments(payload)
         result = self.start(ctx)
         try:
-            if self.task.takes_context:
-                value = self.task.call(compat.TaskContext(task_result=result), *args, **kwargs)
-            else:
-                value = self.task.call(*args, **kwargs)
+            value = self.task.call(*self.with_context(result, args), **kwargs)
         except Snooze:
             raise  # not a failure: the worker snoozes the task
         except BaseException as exc:
@@ -100,6 +97,10 @@ class TaskHandler:
                 retryable=False,
             )
         return split
+
+    def with_context(self, result: Any, args: list[Any]) -> list[Any]:
+        """The positional arguments, after the framework's TaskContext if the task takes it."""
+        return [compat.TaskContext(task_result=result), *args] if self.task.takes_context else args
 
     def start(self, ctx: Any) -> Any:
         """Record this attempt on the row, then send task_started; return the TaskResult."""
@@ -130,12 +131,7 @@ class AsyncTaskHandler(TaskHandler):
         # Database work of an async handler runs where ctx runs its own (ctx.run_db).
         result = await ctx.run_db(partial(self.start, ctx))
         try:
-            if self.task.takes_context:
-                value = await self.task.acall(
-                    compat.TaskContext(task_result=result), *args, **kwargs
-                )
-            else:
-                value = await self.task.acall(*args, **kwargs)
+            value = await self.task.acall(*self.with_context(result, args), **kwargs)
         except asyncio.CancelledError:
             raise  # the worker gave up on the attempt (a timeout, shutdown) and settles it
         except Snooze:

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..records import (
     DEFAULT_CONFLICT,
@@ -26,8 +26,10 @@ from ..records import (
     DEFAULT_QUEUE,
     TaskRecord,
 )
-from ..store.leases import LeaseOperations
 from .assertions import ASSERTIONS, StepFailed, check, describe, resolve
+
+if TYPE_CHECKING:
+    from ..store.leases import LeaseOperations
 
 STEP_KEYS = {"op", "args", "save", "expect", "expectError"}
 EXPECT_STEP_KEYS = {"op", "target", *ASSERTIONS}
@@ -138,24 +140,19 @@ def _sleep(store: LeaseOperations, ms: int) -> None:
     time.sleep(ms / 1000)
 
 
-# An op whose arguments are the store method's own takes that method, unbound:
-# _bind checks the step's arguments against its signature, the store first.
+# Ops whose arguments are the store method's own take that method, unbound
+# (looked up when a step runs: the store reaches the models, and this module
+# loads before Django is set up): _bind checks the step's arguments against
+# its signature, the store first.
+STORE_OPS = ("get_by_key", "get_status_by_key", "cancel_by_key", "retry_by_key", "purge", "stats",
+             "queue_depth")
 OPS: dict[str, Callable[..., Any]] = {
     "submit": _submit,
     "get": lambda store, id: store.get(id),
-    "get_by_key": lambda store, key: store.get_by_key(key),
     "get_status": lambda store, id: store.get_status(id),
-    "get_status_by_key": lambda store, key: store.get_status_by_key(key),
     "list": _list,
     "cancel": lambda store, id: store.cancel(id),
-    "cancel_by_key": lambda store, key: store.cancel_by_key(key),
     "retry": lambda store, id, reset_attempt=False: store.retry(id, reset_attempt=reset_attempt),
-    "retry_by_key": lambda store, key, reset_attempt=False: store.retry_by_key(
-        key, reset_attempt=reset_attempt
-    ),
-    "purge": LeaseOperations.purge,
-    "stats": LeaseOperations.stats,
-    "queue_depth": LeaseOperations.queue_depth,
     "claim": _claim,
     "heartbeat": lambda store, id, worker_id, lease_ms=DEFAULT_LEASE_MS: store.heartbeat(
         id, worker_id, lease_ms
@@ -174,11 +171,17 @@ OPS: dict[str, Callable[..., Any]] = {
 
 
 def _bind(op: str, args: Any) -> Callable[[LeaseOperations], Any]:
-    if op not in OPS:
-        raise StepFailed(f"Unknown op {op!r}; this runner knows {', '.join(sorted(OPS))}, expect.")
+    if op not in OPS and op not in STORE_OPS:
+        known = ", ".join(sorted([*OPS, *STORE_OPS]))
+        raise StepFailed(f"Unknown op {op!r}; this runner knows {known}, expect.")
     if not isinstance(args, dict):
         raise StepFailed(f"The args of {op} must be an object, got {args!r}.")
-    function = OPS[op]
+    if op in STORE_OPS:
+        from ..store.leases import LeaseOperations
+
+        function = getattr(LeaseOperations, op)
+    else:
+        function = OPS[op]
     signature = inspect.signature(function)
     takes_any = any(p.kind is p.VAR_KEYWORD for p in signature.parameters.values())
     if not takes_any:

@@ -113,15 +113,14 @@ class NowMs(Expression):
         return "(extract(epoch from statement_timestamp()) * 1000)::bigint", []
 
 
-def now_plus(ms: Any) -> CombinedExpression:
+def now_plus(ms: Any, sign: str = "+") -> CombinedExpression:
     """Now + ms (a Param, an expression or an int), typed as an epoch column."""
     ms = ms if hasattr(ms, "resolve_expression") else models.Value(ms)
-    return CombinedExpression(NowMs(), "+", ms, output_field=EpochMillisField())
+    return CombinedExpression(NowMs(), sign, ms, output_field=EpochMillisField())
 
 
 def now_minus(ms: Any) -> CombinedExpression:
-    ms = ms if hasattr(ms, "resolve_expression") else models.Value(ms)
-    return CombinedExpression(NowMs(), "-", ms, output_field=EpochMillisField())
+    return now_plus(ms, "-")
 
 
 class LiteralIn(Lookup):

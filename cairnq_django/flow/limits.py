@@ -61,14 +61,10 @@ class LimitUsage:
     held: int
 
 
-def _row_limit(row: FlowLimit) -> Limit:
-    return Limit(row.scope, row.value, row.concurrency, row.rate, row.per_ms, "runtime")
-
-
 def runtime_limits(using: str | None = None) -> list[Limit]:
     """The FlowLimit rows as Limits (source "runtime"), lifted ones included; one query."""
-    alias = get_store(using).using
-    return [_row_limit(row) for row in FlowLimit.objects.using(alias).order_by("scope", "value")]
+    rows = FlowLimit.objects.using(get_store(using).using).order_by("scope", "value")
+    return [Limit(r.scope, r.value, r.concurrency, r.rate, r.per_ms, "runtime") for r in rows]
 
 
 def effective_limits(using: str | None = None) -> list[Limit]:

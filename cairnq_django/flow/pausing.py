@@ -26,7 +26,6 @@ from collections.abc import Iterable
 from typing import Any
 
 from django.db import connections, transaction
-from django.db.models import QuerySet
 
 from ..models import QueueState
 from ..records import QUEUED_CHANNEL
@@ -59,14 +58,10 @@ def notify_queued(using: str, queues: Iterable[str]) -> None:
             cursor.execute(sql.NOTIFY, [QUEUED_CHANNEL, queue])
 
 
-def _states(using: str) -> QuerySet[QueueState]:
-    return QueueState.objects.using(using)
-
-
 def _set_paused(using: str, queue: str, paused: bool, by: str) -> bool:
     """Write the flag in one transaction; True if it changed."""
     store = get_store(using)
-    rows = _states(store.using)
+    rows = QueueState.objects.using(store.using)
     with transaction.atomic(using=store.using):
         now = store.clock_ms()
         changed = rows.filter(queue=queue).exclude(paused=paused).update(
@@ -135,7 +130,7 @@ def paused_queues(*, using: str | None = None) -> list[str]:
     """The paused queues' names, sorted."""
     alias = get_store(using).using
     return list(
-        _states(alias).filter(paused=True).order_by("queue")
+        QueueState.objects.using(alias).filter(paused=True).order_by("queue")
         .values_list("queue", flat=True)
     )
 
@@ -143,4 +138,4 @@ def paused_queues(*, using: str | None = None) -> list[str]:
 def queue_states(*, using: str | None = None) -> dict[str, QueueState]:
     """Every queue's state row (paused or resumed), by queue name."""
     alias = get_store(using).using
-    return {row.queue: row for row in _states(alias).order_by("queue")}
+    return {row.queue: row for row in QueueState.objects.using(alias).order_by("queue")}

@@ -33,7 +33,7 @@ from ..models.workers import GONE_AFTER_INTERVALS
 from ..pooling import release
 from ..tables import known_missing_tables
 from .overview import database_now_ms
-from .unhandled import describe, live_registered_names, unhandled_names
+from .unhandled import describe, registered_names, unhandled_names
 
 logger = logging.getLogger("cairnq_django.worker")
 
@@ -118,18 +118,12 @@ class Presence:
         else:
             self._check_failing = False
 
-    def _fields(self) -> dict[str, Any]:
-        running = self.running()
-        return {
-            "tasks_running": running,
-            "tasks_done": max(0, self.worker.tasks_started - running),
-        }
-
     def record(self) -> None:
         """Insert or refresh this worker's row, and forget long-gone workers."""
         rows = WorkerRecord.objects.using(self.using)
         now = database_now_ms(self.using)
-        fields = self._fields()
+        running = self.running()
+        fields = {"tasks_running": running, "tasks_done": max(0, self.worker.tasks_started - running)}
         if not rows.filter(pk=self.worker.worker_id).update(last_seen_ms=now, **fields):
             rows.create(
                 id=self.worker.worker_id,
@@ -152,7 +146,7 @@ class Presence:
     def warn_unhandled(self) -> None:
         """Warn once per WARN_UNHANDLED_EVERY_S about each name due here that nothing handles."""
         now = database_now_ms(self.using)
-        registered = live_registered_names(self.using, now)
+        registered = registered_names(WorkerRecord.objects.using(self.using).live(now))
         found = unhandled_names(
             self.using, list(self.worker.queues), now_ms=now, registered=registered,
             # As long as a stopped worker counts as live: until then its

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 from django.core.exceptions import ImproperlyConfigured
 from django.dispatch import Signal
@@ -114,17 +114,10 @@ def on_enqueuing(
     _keep(_enqueue_spans, id(metadata), span)
 
 
-class Enqueued(Protocol):
-    """What task_enqueued's `task` is read for: a TaskRecord, or an on_commit PendingTask."""
-
-    @property
-    def id(self) -> str: ...
-
-
 def on_enqueued(
     sender: None,
     metadata: dict[str, Any],
-    task: Enqueued | None = None,
+    task: Any = None,  # a TaskRecord, or an on_commit PendingTask: only its id is read
     error: BaseException | None = None,
     **kwargs: Any,
 ) -> None:

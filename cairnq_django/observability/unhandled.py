@@ -57,10 +57,6 @@ def registered_names(workers: Iterable[WorkerRecord]) -> dict[str, set[str]]:
     return by_queue
 
 
-def live_registered_names(using: str, now_ms: int) -> dict[str, set[str]]:
-    return registered_names(WorkerRecord.objects.using(using).live(now_ms))
-
-
 def unhandled_names(
     using: str,
     queues: Sequence[str],

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from .durations import format_compact_duration
@@ -19,11 +19,8 @@ class RetentionRule:
     name: str | None = None
 
     def purge_filters(self) -> dict[str, Any]:
-        """This rule as the filters of the store's purge() and count_purgeable()."""
-        return {
-            "older_than_ms": self.older_than_ms, "queue": self.queue,
-            "status": self.status, "name": self.name,
-        }
+        """This rule as the filters of the store's purge() and count_purgeable(): its fields."""
+        return asdict(self)
 
     def describe(self, count: int | None = None) -> str:
         """Say in words what this rule deletes; `count` (if given) picks task or tasks."""

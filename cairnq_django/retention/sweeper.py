@@ -17,7 +17,7 @@ from django.utils.module_loading import import_string
 
 from ..conf import cairnq_settings
 from ..pooling import release
-from ..store import ApplicationOperations, get_store
+from ..store import get_store
 from ..validators import check_integer
 from ..workflows.control import release_finished_steps
 from .config import SETTING, parse_retention
@@ -81,10 +81,6 @@ class RetentionSweeper:
         return cls(using=using, **overrides)
 
     @property
-    def store(self) -> ApplicationOperations:
-        return get_store(self.using)
-
-    @property
     def stopped(self) -> bool:
         return self._stopping.is_set()
 
@@ -105,28 +101,24 @@ class RetentionSweeper:
         """Apply every rule until nothing it matches is left (or stop() is called)."""
         self._enter()
         try:
-            if not self.dry_run:
-                self._release_workflow_steps()
+            # The workflows' backstop, before any purge: steps whose task another SDK's worker ended.
+            settled = 0 if self.dry_run else release_finished_steps(using=self.using)
+            if settled:
+                logger.info("Released the children of %d workflow steps that ended outside a worker's "
+                            "settle.", settled)
             return [self._sweep_rule(rule) for rule in self.rules]
         finally:
             self._leave()
 
-    def _release_workflow_steps(self) -> None:
-        """The workflows' backstop, before any purge: steps whose task another SDK's worker ended."""
-        settled = release_finished_steps(using=self.using)
-        if settled:
-            logger.info("Released the children of %d workflow steps that ended outside a worker's settle.",
-                        settled)
-
     def _sweep_rule(self, rule: RetentionRule) -> RuleResult:
         if self.dry_run:
             # The purge's own filters, counted instead of deleted.
-            count = 0 if self.stopped else self.store.count_purgeable(**rule.purge_filters())
+            count = 0 if self.stopped else get_store(self.using).count_purgeable(**rule.purge_filters())
             return RuleResult(rule=rule, deleted=count, batches=0, dry_run=True,
                               complete=not self.stopped)
         deleted = batches = 0
         while not self.stopped:
-            ids = self.store.purge(**rule.purge_filters(), limit=self.batch_size)
+            ids = get_store(self.using).purge(**rule.purge_filters(), limit=self.batch_size)
             if ids:
                 deleted += len(ids)
                 batches += 1

@@ -7,8 +7,9 @@ from datetime import datetime
 from zoneinfo import ZoneInfo
 
 from ..models import ScheduleState, Task
+from ..store import get_store
 from .config import Schedule, configured_schedules
-from .state import db_now_ms, read_states
+from .state import read_states
 
 UTC = ZoneInfo("UTC")
 
@@ -44,7 +45,7 @@ def schedule_views(using: str, *, count: int = 1) -> list[ScheduleView]:
     """Every configured schedule, then rows of schedules no longer configured."""
     schedules = configured_schedules()
     states = read_states(using)
-    now = db_now_ms(using)
+    now = get_store(using).clock_ms()
     task_ids = [s.last_task_id for s in states.values() if s.last_task_id]
     tasks = Task.objects.using(using).only("id", "name", "status", "created_at_ms").in_bulk(
         task_ids

@@ -26,6 +26,8 @@ from django.db import connections
 
 from ..conf import cairnq_settings
 from ..pooling import release
+from ..records import TaskRecord
+from ..store import get_store
 from . import state
 from .config import Plan, Schedule, configured_schedules
 
@@ -110,7 +112,8 @@ class Scheduler:
                 sleep_ms = self.tick()
             except Exception as exc:
                 self._error(exc)
-                _close(self.using)
+                with suppress(Exception):
+                    connections[self.using].close()
                 sleep_ms, retry_ms = retry_ms, min(_RETRY_MAX_MS, retry_ms * 2)
             else:
                 retry_ms = _RETRY_FIRST_MS
@@ -119,7 +122,7 @@ class Scheduler:
 
     def tick(self) -> int:
         """Enqueue every due occurrence once; return how long to sleep, in ms."""
-        now = state.db_now_ms(self.using)
+        now = get_store(self.using).clock_ms()
         names = [s.name for s in self.schedules]
         states = state.read_states(self.using, names)
         if len(states) < len(names):
@@ -137,7 +140,7 @@ class Scheduler:
                 self._carry_out(schedule, row.cursor_ms, plan)
             if plan.next_ms is not None:
                 wake = min(wake, plan.next_ms)
-        return max(0, wake - state.db_now_ms(self.using)) + _WAKE_MARGIN_MS
+        return max(0, wake - get_store(self.using).clock_ms()) + _WAKE_MARGIN_MS
 
     def _carry_out(self, schedule: Schedule, cursor: int, plan: Plan) -> None:
         if plan.missed:
@@ -154,12 +157,12 @@ class Scheduler:
                     self.using, schedule, expected_cursor_ms=cursor, occurrence_ms=occurrence,
                     new_cursor_ms=plan.advance_to if last else occurrence,
                 )
-            if not isinstance(fired, state.Fired):
+            if not isinstance(fired, TaskRecord):
                 return  # None: another scheduler got there first (or it was paused)
             self.enqueued += 1
             logger.info(
                 "Schedule %r: enqueued %s %s for %s.",
-                schedule.name, schedule.task, fired.task.id, _iso(occurrence),
+                schedule.name, schedule.task, fired.id, _iso(occurrence),
             )
             cursor = plan.advance_to if last else occurrence
         if not plan.run:
@@ -174,8 +177,3 @@ class Scheduler:
             self._report(exc, phase="schedule")
         else:
             logger.error("The scheduler recovered from an error: %s", exc, exc_info=exc)
-
-
-def _close(using: str) -> None:
-    with suppress(Exception):
-        connections[using].close()

@@ -11,21 +11,15 @@ SQLite BEGIN IMMEDIATE serializes them outright. The loser writes nothing.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import transaction
 
 from ..declared import row_options
 from ..models import ScheduleState
 from ..records import TaskRecord
 from ..store import get_store
 from .config import Schedule
-
-
-def db_now_ms(using: str) -> int:
-    """Now in epoch ms from the queue's clock: the database's on PostgreSQL, this host's on SQLite."""
-    return get_store(using).clock_ms()
 
 
 def read_states(using: str, names: list[str] | None = None) -> dict[str, ScheduleState]:
@@ -44,24 +38,11 @@ def ensure_states(using: str, names: list[str], now: int) -> dict[str, ScheduleS
     """
     states = read_states(using, names)
     for name in names:
-        if name in states:
-            continue
-        try:
-            with transaction.atomic(using=using):
-                states[name] = ScheduleState.objects.using(using).create(
-                    name=name, cursor_ms=now, created_at_ms=now, updated_at_ms=now
-                )
-        except IntegrityError:  # another worker created it first
-            states[name] = ScheduleState.objects.using(using).get(name=name)
+        if name not in states:  # another worker may create it first: get_or_create
+            states[name], _ = ScheduleState.objects.using(using).get_or_create(
+                name=name, defaults={"cursor_ms": now, "created_at_ms": now, "updated_at_ms": now}
+            )
     return states
-
-
-@dataclass(frozen=True, slots=True)
-class Fired:
-    """An occurrence this process enqueued."""
-
-    occurrence_ms: int
-    task: TaskRecord
 
 
 def _submit(using: str, schedule: Schedule, occurrence_ms: int | None, trigger: str) -> TaskRecord:
@@ -89,16 +70,17 @@ def advance(
     expected_cursor_ms: int,
     occurrence_ms: int | None,
     new_cursor_ms: int,
-) -> Fired | None | bool:
+) -> TaskRecord | bool | None:
     """Move the cursor from `expected_cursor_ms` to `new_cursor_ms`, enqueueing `occurrence_ms`.
 
-    Returns the Fired occurrence, True when the cursor moved without an enqueue
+    Returns the task enqueued for the occurrence (its metadata names it), True
+    when the cursor moved without an enqueue
     (occurrence_ms None: missed occurrences passed over), or None when the
     compare-and-set lost: another scheduler moved the cursor first, or the
     schedule is paused. Nothing is written then.
     """
     with transaction.atomic(using=using):
-        now = db_now_ms(using)
+        now = get_store(using).clock_ms()
         fields: dict[str, Any] = {"cursor_ms": new_cursor_ms, "updated_at_ms": now}
         if occurrence_ms is not None:
             fields.update(last_occurrence_ms=occurrence_ms, last_enqueued_at_ms=now)
@@ -113,13 +95,13 @@ def advance(
         ScheduleState.objects.using(using).filter(name=schedule.name).update(
             last_task_id=task.id
         )
-        return Fired(occurrence_ms=occurrence_ms, task=task)
+        return task
 
 
 def run_now(using: str, schedule: Schedule) -> TaskRecord:
     """Enqueue the schedule's task now, outside its timetable; the cursor stays where it is."""
     with transaction.atomic(using=using):
-        now = db_now_ms(using)
+        now = get_store(using).clock_ms()
         ensure_states(using, [schedule.name], now)
         rows = ScheduleState.objects.using(using).filter(name=schedule.name)
         # Row lock first, then the enqueue (and its key lock), in the order
@@ -137,7 +119,7 @@ def set_paused(using: str, name: str, paused: bool) -> bool:
     was paused are not run, however `missed` is set.
     """
     with transaction.atomic(using=using):
-        now = db_now_ms(using)
+        now = get_store(using).clock_ms()
         ensure_states(using, [name], now)
         fields: dict[str, Any] = {"paused": paused, "updated_at_ms": now}
         if not paused:

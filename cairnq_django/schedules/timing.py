@@ -16,7 +16,7 @@ from zoneinfo import ZoneInfo
 
 from cronsim import CronSim, CronSimError
 
-__all__ = ["CronSimError", "CronTiming", "IntervalTiming", "explain_cron"]
+__all__ = ["CronSimError", "CronTiming", "IntervalTiming"]
 
 
 def _to_datetime(ms: int) -> datetime:
@@ -60,7 +60,10 @@ class CronTiming:
 
     def describe(self) -> str:
         """The expression in English words, as cronsim explains it."""
-        return explain_cron(self.expression)
+        try:
+            return CronSim(self.expression, datetime.now(UTC)).explain()
+        except Exception:  # explain() covers less syntax than the parser does
+            return self.expression
 
 
 class IntervalTiming:
@@ -77,13 +80,6 @@ class IntervalTiming:
 
     def describe(self) -> str:
         return f"Every {format_interval(self.every_ms)}"
-
-
-def explain_cron(expression: str) -> str:
-    try:
-        return CronSim(expression, datetime.now(UTC)).explain()
-    except Exception:  # explain() covers less syntax than the parser does
-        return expression
 
 
 def format_interval(ms: int) -> str:

@@ -9,7 +9,8 @@ application.py) does with the same statements, in fewer round trips:
 - `copy_insert`: a large batch through COPY FROM STDIN.
 
 The engine is chosen once per alias (`engine_of`, from the dialect's
-has_round_trip_engine); the generic `Engine` has no variants. A variant that
+has_round_trip_engine); elsewhere there is none, and every caller takes its
+generic path. A variant that
 cannot run here and now (inside a caller's transaction, with server-side
 binding, on psycopg2) answers None, and the caller takes its generic path.
 The driver calls themselves are django_private.py's.
@@ -44,30 +45,12 @@ Candidate = tuple[str, str, str, str | None]
 COPY_MIN_ROWS = 200
 
 
-class Engine:
-    """The generic path: no round-trip variant, so every caller runs its statements one by one."""
+class PostgresEngine:
+    """Several statements in one query string, and COPY: PostgreSQL's round trips saved."""
 
     def __init__(self, executor: Executor) -> None:
         self.executor = executor
         self.using = executor.using
-
-    def claim(
-        self, queues: Sequence[str], worker_id: str, lease_ms: int, plan: Sequence[Draw],
-        announce: tuple[str, Sequence[str]] | None,
-    ) -> list[TaskRecord] | None:
-        return None
-
-    def lock_recover_count(
-        self, limits: Sequence[Limit], first: QuerySet[Any, Any]
-    ) -> tuple[Counts, list[Candidate]] | None:
-        return None
-
-    def copy_insert(self, specs: Sequence[TaskSpec]) -> list[TaskRecord] | None:
-        return None
-
-
-class PostgresEngine(Engine):
-    """Several statements in one query string, and COPY: PostgreSQL's round trips saved."""
 
     def claim(
         self, queues: Sequence[str], worker_id: str, lease_ms: int, plan: Sequence[Draw],
@@ -170,8 +153,6 @@ class PostgresEngine(Engine):
         return [inserted_record(spec, copied_at) for spec in specs]
 
 
-def engine_of(executor: Executor) -> Engine:
+def engine_of(executor: Executor) -> PostgresEngine | None:
     """The engine of the executor's alias: the PostgreSQL variants where the dialect has them."""
-    if executor.dialect.has_round_trip_engine:
-        return PostgresEngine(executor)
-    return Engine(executor)
+    return PostgresEngine(executor) if executor.dialect.has_round_trip_engine else None

@@ -9,8 +9,8 @@ running it.
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Hashable, Mapping, Sequence
+import functools
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..db.dialects import dialect_of
@@ -24,21 +24,14 @@ class Statement:
 
     def __init__(self, build: Callable[..., Template]) -> None:
         self._build = build
-        self._cache: dict[Hashable, Template] = {}
-        self._lock = threading.Lock()
+        # Shapes are few; a bound all the same.
+        self.template = functools.lru_cache(maxsize=256)(self._compile)
 
-    def template(self, using: str, shape: tuple[Any, ...] = ()) -> Template:
-        key = (using, shape)
-        hit = self._cache.get(key)
-        if hit is None:
-            sql, params = compile_statement(using, lambda: self._build(using, *shape))
-            if dialect_of(using).binds_by_name and len(params) <= MAX_NAMED:
-                sql = to_named(sql)
-            with self._lock:
-                if len(self._cache) > 256:  # shapes are few; a bound all the same
-                    self._cache.clear()
-                hit = self._cache[key] = (sql, tuple(params))
-        return hit
+    def _compile(self, using: str, shape: tuple[Any, ...] = ()) -> Template:
+        sql, params = compile_statement(using, lambda: self._build(using, *shape))
+        if dialect_of(using).binds_by_name and len(params) <= MAX_NAMED:
+            sql = to_named(sql)
+        return sql, tuple(params)
 
     def bind(self, using: str, values: Mapping[str, Any], shape: tuple[Any, ...] = (),
              rows: Sequence[Mapping[str, Any]] = (),

@@ -23,8 +23,18 @@ from .base import Wakeup
 logger = logging.getLogger("cairnq_django.wakeup")
 
 _registry: dict[str, Wakeup] = {}
-_registry_pid = os.getpid()
 _registry_lock = threading.Lock()
+
+
+def _forget_after_fork() -> None:
+    """In a forked child the parent's threads and sockets do not exist."""
+    global _registry_lock
+    _registry.clear()
+    _registry_lock = threading.Lock()  # a parent thread may have held it at the fork
+
+
+if hasattr(os, "register_at_fork"):  # POSIX; elsewhere nothing forks
+    os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 def build_wakeup(alias: str) -> Wakeup:
@@ -64,19 +74,10 @@ def _database_file(connection: BaseDatabaseWrapper) -> str | None:
     return str(connection.settings_dict["NAME"])
 
 
-def _forget_if_forked() -> None:
-    """After a fork the parent's threads and sockets do not exist here (lock held)."""
-    global _registry_pid
-    if _registry_pid != os.getpid():
-        _registry.clear()
-        _registry_pid = os.getpid()
-
-
 def get_wakeup(alias: str | None = None) -> Wakeup:
     """Return this process's Wakeup for a database alias, creating it on first use."""
     alias = alias or cairnq_settings.DATABASE
     with _registry_lock:
-        _forget_if_forked()
         wakeup = _registry.get(alias)
         if wakeup is None or wakeup.closed:
             wakeup = _registry[alias] = build_wakeup(alias)
@@ -87,7 +88,6 @@ def get_wakeup(alias: str | None = None) -> Wakeup:
 def use_wakeup(alias: str, wakeup: Wakeup) -> Iterator[Wakeup]:
     """Make get_wakeup(alias) return `wakeup` inside the block (for tests)."""
     with _registry_lock:
-        _forget_if_forked()
         saved = _registry.get(alias)
         _registry[alias] = wakeup
     try:
@@ -103,7 +103,7 @@ def use_wakeup(alias: str, wakeup: Wakeup) -> Iterator[Wakeup]:
 def close_all() -> None:
     """Close every wakeup of this process (tests call it before dropping the database)."""
     with _registry_lock:
-        wakeups = list(_registry.values()) if _registry_pid == os.getpid() else []
+        wakeups = list(_registry.values())
         _registry.clear()
     for wakeup in wakeups:
         wakeup.close()

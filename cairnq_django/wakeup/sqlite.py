@@ -195,7 +195,7 @@ class SQLiteWakeup(Waits):
                 self._db = self._open()
             return int(self._db.execute(sql.DATA_VERSION).fetchone()[0])
 
-    def _start(self) -> bool:
+    def ready(self, timeout_s: float = 0.0) -> bool:
         """Start the poller if needed; return False when the file cannot be watched."""
         with self._cond:
             if self._closed:
@@ -233,9 +233,6 @@ class SQLiteWakeup(Waits):
             if self._db is not None:
                 self._db.close()
                 self._db = None
-
-    def ready(self, timeout_s: float) -> bool:
-        return self._start()
 
     def _poll_forever(self) -> None:
         if not self._path.startswith("file:"):
@@ -321,7 +318,7 @@ class SQLiteWakeup(Waits):
 
     def _wait_for_change(self, check: Callable[[], bool], timeout_s: float) -> bool:
         """Wait until a change passes `check`; changes since this thread's last wait count."""
-        if not self._start():
+        if not self.ready():
             sleep(timeout_s)
             return False
         deadline = time.monotonic() + max(0.0, timeout_s)
@@ -352,7 +349,7 @@ class SQLiteWakeup(Waits):
         return self._wait_for_change(lambda: self._is_finished(task_id), timeout_s)
 
     async def await_done(self, task_id: str | None, timeout_s: float) -> bool:
-        if not self._start():
+        if not self.ready():
             return await super().await_done(task_id, timeout_s)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + max(0.0, timeout_s)

@@ -15,9 +15,9 @@ caller's transaction.
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from graphlib import CycleError, TopologicalSorter
 from typing import Any
 
 from django.db import transaction
@@ -29,11 +29,11 @@ from ..jsoncodec import dumps
 from ..models import Workflow as WorkflowRow
 from ..models import WorkflowEdge, WorkflowStep
 from ..models.workflows import WHEN_CHOICES
-from ..records import DEFAULT_MAX_ATTEMPTS, DEFAULT_PRIORITY, DEFAULT_QUEUE, MAX_LIMIT_VALUE_LENGTH, TaskSpec
+from ..records import TaskSpec
 from ..store import ApplicationOperations, get_store
 from ..validators import MAX_KEY_LENGTH, MAX_NAME_LENGTH, check_label
 from .reads import WorkflowRun
-from .steps import CONCURRENCY_PREFIX, InvalidWorkflow, task_name, task_spec
+from .steps import CONCURRENCY_PREFIX, InvalidWorkflow, prepare_step, task_name, task_spec
 
 # The most steps one enqueue() writes: a graph this size is written in one
 # transaction, and a larger one is more likely a mistake than a plan.
@@ -149,7 +149,7 @@ class Workflow:
                     )
                 names += groups[group]
             parents[step.name] = list(dict.fromkeys(names))
-        _check_acyclic(self.name, [s.name for s in steps], parents)
+        _check_acyclic(self.name, parents)
         return steps, parents
 
     def _check_step(self, store: ApplicationOperations, step: _Planned) -> None:
@@ -169,13 +169,8 @@ class Workflow:
         delay_ms = validators.delay_ms(options.pop("delay", None), None, timezone.now())
         if delay_ms:
             options["delay_ms"] = delay_ms
-        check_label("concurrency_key", options.get("concurrency_key"), MAX_LIMIT_VALUE_LENGTH, optional=True)
-        # prepare() runs the enqueue checks (name, queue, priority, max_attempts) and writes nothing.
-        store.prepare(
-            step.task, step.payload, queue=options.get("queue", DEFAULT_QUEUE),
-            priority=options.get("priority", DEFAULT_PRIORITY),
-            max_attempts=options.get("max_attempts", DEFAULT_MAX_ATTEMPTS), delay_ms=delay_ms,
-        )
+        # prepare() runs the enqueue checks (name, key, queue, priority, max_attempts), writing nothing.
+        prepare_step(store, step.task, step.payload, options)
 
     # ------------------------------------------------------------ writing
     def _write(
@@ -238,24 +233,12 @@ def _as_list(after: Any) -> list[Any]:
     )
 
 
-def _check_acyclic(workflow: str, names: list[str], parents: dict[str, list[str]]) -> None:
-    """Raise InvalidWorkflow naming a step on a cycle (Kahn's algorithm leaves it unvisited)."""
-    children: dict[str, list[str]] = {name: [] for name in names}
-    waiting = {name: len(parents[name]) for name in names}
-    for child, ps in parents.items():
-        for parent in ps:
-            children[parent].append(child)
-    ready = deque(name for name, count in waiting.items() if count == 0)
-    visited = 0
-    while ready:
-        name = ready.popleft()
-        visited += 1
-        for child in children[name]:
-            waiting[child] -= 1
-            if waiting[child] == 0:
-                ready.append(child)
-    if visited < len(names):
-        stuck = sorted(name for name, count in waiting.items() if count > 0)
+def _check_acyclic(workflow: str, parents: dict[str, list[str]]) -> None:
+    """Raise InvalidWorkflow naming the steps of a cycle."""
+    try:
+        TopologicalSorter(parents).prepare()
+    except CycleError as exc:
+        stuck = sorted(set(exc.args[1]))
         raise InvalidWorkflow(
             f"Workflow {workflow!r} has a cycle: steps {', '.join(map(repr, stuck[:5]))} wait on each other."
-        )
+        ) from None

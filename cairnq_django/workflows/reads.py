@@ -77,13 +77,7 @@ class WorkflowRun:
         steps = list(
             WorkflowStep.objects.using(alias).filter(workflow_id=workflow_id).order_by("position", "pk")
         )
-        task_ids = [s.task_id for s in steps if s.task_id]
-        tasks = {
-            row["id"]: row
-            for start in range(0, len(task_ids), 500)
-            for row in Task.objects.using(alias).filter(id__in=task_ids[start:start + 500])
-            .values("id", "status", "result", "error")
-        }
+        tasks = _task_rows(alias, [s.task_id for s in steps if s.task_id])
         return cls(
             id=run.id, name=run.name, key=run.key, state=run.state,
             steps=tuple(_step_state(s, tasks.get(s.task_id or "")) for s in steps),
@@ -105,6 +99,20 @@ class WorkflowRun:
         from .control import retry_workflow
 
         return retry_workflow(self.id, mode=mode, using=self.using)
+
+
+def _task_rows(using: str, task_ids: list[str]) -> dict[str, Mapping[str, Any]]:
+    """The status, result and error of each task, by id, read 500 ids at a time."""
+    return {
+        row["id"]: row
+        for start in range(0, len(task_ids), 500)
+        for row in Task.objects.using(using).filter(id__in=task_ids[start:start + 500])
+        .values("id", "status", "result", "error")
+    }
+
+
+def _state(using: str, workflow_id: str) -> str:
+    return Workflow.objects.using(using).values_list("state", flat=True).get(pk=workflow_id)
 
 
 def _step_state(step: WorkflowStep, task: Mapping[str, Any] | None) -> StepState:
@@ -148,7 +156,7 @@ def wait_workflow(
     deadline = None if timeout is None else time.monotonic() + timeout
     interval = 0.1
     while True:
-        state = Workflow.objects.using(alias).values_list("state", flat=True).get(pk=workflow_id)
+        state = _state(alias, workflow_id)
         if state in TERMINAL:
             return WorkflowRun.load(workflow_id, using=alias)
         if deadline is not None and time.monotonic() >= deadline:
@@ -165,11 +173,8 @@ async def await_workflow(
     alias = get_store(using).using
     deadline = None if timeout is None else time.monotonic() + timeout
     interval = 0.1
-    read = sync_to_async(
-        lambda: Workflow.objects.using(alias).values_list("state", flat=True).get(pk=workflow_id)
-    )
     while True:
-        state = await read()
+        state = await sync_to_async(_state)(alias, workflow_id)
         if state in TERMINAL:
             return await aget_workflow(workflow_id, using=alias)
         if deadline is not None and time.monotonic() >= deadline:
@@ -209,13 +214,7 @@ def parent_results(step_id: str, *, using: str) -> Parents:
         WorkflowStep.objects.using(using).filter(pk__in=parent_ids)
         .order_by("group", "index", "pk").values("group", "index", "task_id", "state")
     )
-    task_ids = [p["task_id"] for p in parents if p["task_id"]]
-    tasks = {
-        row["id"]: row
-        for start in range(0, len(task_ids), 500)
-        for row in Task.objects.using(using).filter(id__in=task_ids[start:start + 500])
-        .values("id", "status", "result", "error")
-    }
+    tasks = _task_rows(using, [p["task_id"] for p in parents if p["task_id"]])
     values: dict[str, Any] = {}
     for parent in parents:
         task = tasks.get(parent["task_id"] or "")

@@ -32,17 +32,21 @@ def task_name(task: Any) -> str:
     return name
 
 
-def task_spec(store: ApplicationOperations, step: WorkflowStep) -> TaskSpec:
-    """The task row of a step that is due, prepared (unkeyed: the step's own id makes it unique)."""
-    options = step.options or {}
-    spec = store.prepare(
-        step.task_name, step.payload,
-        queue=options.get("queue", DEFAULT_QUEUE),
+def prepare_step(
+    store: ApplicationOperations, task: str, payload: Any, options: dict[str, Any], **extra: Any
+) -> TaskSpec:
+    """A step's task row, prepared from its options as the task row takes them (delay as delay_ms)."""
+    return store.prepare(
+        task, payload, queue=options.get("queue", DEFAULT_QUEUE),
         priority=options.get("priority", DEFAULT_PRIORITY),
         max_attempts=options.get("max_attempts", DEFAULT_MAX_ATTEMPTS),
-        delay_ms=options.get("delay_ms", 0),
-        metadata={STEP_KEY: {"workflow": step.workflow_id, "step": step.pk, "name": step.name}},
-        correlation_id=step.workflow_id,
-        concurrency_key=options.get("concurrency_key"),
+        delay_ms=options.get("delay_ms", 0), concurrency_key=options.get("concurrency_key"), **extra,
     )
-    return spec
+
+
+def task_spec(store: ApplicationOperations, step: WorkflowStep) -> TaskSpec:
+    """The task row of a step that is due, prepared (unkeyed: the step's own id makes it unique)."""
+    return prepare_step(
+        store, step.task_name, step.payload, step.options or {}, correlation_id=step.workflow_id,
+        metadata={STEP_KEY: {"workflow": step.workflow_id, "step": step.pk, "name": step.name}},
+    )
