@@ -193,7 +193,9 @@ class LeaseOperations(ApplicationOperations):
             return LimitedClaim([])
         if not self.dialect.has_listen_notify:
             announce = None
-        result = limited_claim.claim(self, limits, queues, worker_id, lease_ms, plan, announce, in_force)
+        result = limited_claim.claim(
+            self, self.recover_leases, limits, queues, worker_id, lease_ms, plan, announce, in_force
+        )
         result.tasks.sort(key=claim_order)
         return result
 

@@ -26,7 +26,7 @@ after).
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -41,7 +41,7 @@ from .limit_counts import SCOPE_COLUMNS, Counts, read_counts, scope_value
 from .protocol_statements import CLAIM_IDS, drained_notify_sql, paused_queues_of, tasks_of
 
 if TYPE_CHECKING:
-    from .leases import LeaseOperations
+    from .application import ApplicationOperations
 
 # How many candidates one read of the claim looks at: enough that tasks held
 # back by a limit do not hide the ones behind them, bounded so a claim never
@@ -182,7 +182,8 @@ _prune_at: dict[str, float] = {}
 
 
 def claim(
-    store: LeaseOperations,
+    store: ApplicationOperations,
+    recover: Callable[[], object],
     limits: Sequence[Limit],
     queues: Sequence[str],
     worker_id: str,
@@ -193,8 +194,10 @@ def claim(
 ) -> LimitedClaim:
     """Lock, recover, count, pick, claim and log the starts: one transaction (LeaseOperations.claim_limited).
 
-    `limits` are those that can apply to this claim; `in_force`, every
-    limit in force, tells the pruning of the start log what to keep.
+    `recover` is the lease part's recovery (passed in: the lease part is the
+    caller, and this module sits below it). `limits` are those that can apply
+    to this claim; `in_force`, every limit in force, tells the pruning of the
+    start log what to keep.
     """
     store.verify_protocol()
     window = max(_WINDOW_MIN, _WINDOW_PER_SLOT * sum(n for _, n in plan))
@@ -207,7 +210,7 @@ def claim(
         first_rows: list[tuple[str, str, str, str | None]] | None = None
         if found is None:
             now = _lock(store)
-            store.recover_leases()
+            recover()
             counts = read_counts(store.using, limits, now)
         else:
             counts, first_rows = found
