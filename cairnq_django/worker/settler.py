@@ -165,7 +165,11 @@ class Settler:
             ready.release()
 
         if not self.complete_later(task_id, worker_id, encoded, then):
-            return self._write_alone(task_id, worker_id, encoded)
+            # The settler is stopping: written alone, on this thread.
+            row = self._write([(task_id, worker_id, encoded)])[0]
+            if row is None:
+                raise LostLease(task_id)
+            return row
         ready.acquire()
         row, error = outcome
         if error is not None:
@@ -193,33 +197,30 @@ class Settler:
     # ------------------------------------------------------------ the thread
     def _run(self) -> None:
         with bounded_statements(self.statement_timeout_ms):
-            self._serve()
-
-    def _serve(self) -> None:
-        try:
-            while True:
-                first = self._items.get()
-                if first is None:
-                    return
-                group = [first]
-                stopping = False
-                while len(group) < MAX_GROUP:
-                    try:
-                        item = self._items.get_nowait()
-                    except queue.Empty:
-                        break
-                    if item is None:
-                        stopping = True
-                        break
-                    group.append(item)
-                self._write_group(group)
-                if self._items.empty():
-                    release(self.store.using)  # not held while no completion waits
-                if stopping:
-                    return
-        finally:
-            self._fail_leftovers()
-            connections.close_all()
+            try:
+                while True:
+                    first = self._items.get()
+                    if first is None:
+                        return
+                    group = [first]
+                    stopping = False
+                    while len(group) < MAX_GROUP:
+                        try:
+                            item = self._items.get_nowait()
+                        except queue.Empty:
+                            break
+                        if item is None:
+                            stopping = True
+                            break
+                        group.append(item)
+                    self._write_group(group)
+                    if self._items.empty():
+                        release(self.store.using)  # not held while no completion waits
+                    if stopping:
+                        return
+            finally:
+                self._fail_leftovers()
+                connections.close_all()
 
     def _write_group(self, group: list[_Item]) -> None:
         try:
@@ -315,12 +316,6 @@ class Settler:
                 with self._committing_lock:
                     self._committing.subtract(ids)
                     self._committing += Counter()  # drop the ids now at zero
-
-    def _write_alone(self, task_id: str, worker_id: str, result_json: str | None) -> TaskRecord:
-        row = self._write([(task_id, worker_id, result_json)])[0]
-        if row is None:
-            raise LostLease(task_id)
-        return row
 
     def _fail_leftovers(self) -> None:
         # Only reachable if the thread dies: a waiter must not block forever.
