@@ -29,6 +29,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 from django.db import connections
@@ -53,22 +54,17 @@ RETRY_MAX_S = 2.0
 LEASE_SLACK_S = 1.0
 
 
+@dataclass(slots=True, eq=False)
 class _Item:
     """One completion, whose outcome the settler sets once and passes to its callback."""
 
-    __slots__ = ("task_id", "worker_id", "result_json", "_then", "_set")
-
-    def __init__(
-        self, task_id: str, worker_id: str, result_json: str | None,
-        then: Callable[[TaskRecord | None, BaseException | None], None],
-    ) -> None:
-        self.task_id = task_id
-        self.worker_id = worker_id
-        self.result_json = result_json
-        # The outcome is passed to it on the settler thread (complete() waits on
-        # a lock that its callback releases).
-        self._then = then
-        self._set = False
+    task_id: str
+    worker_id: str
+    result_json: str | None
+    # The outcome is passed to it on the settler thread (complete() waits on
+    # a lock that its callback releases).
+    then: Callable[[TaskRecord | None, BaseException | None], None]
+    _set: bool = field(default=False, init=False)
 
     def done(self) -> bool:
         return self._set
@@ -78,7 +74,7 @@ class _Item:
             raise RuntimeError(f"the completion of {self.task_id} was settled twice")
         self._set = True
         try:
-            self._then(row, error)
+            self.then(row, error)
         except Exception:
             # The callback reports its own failures; the settler must outlive it.
             logger.exception("Handling the outcome of the completion of %s failed.", self.task_id)
