@@ -220,36 +220,30 @@ class TaskRunner:
                 except SerializationError as exc:
                     settlement.fail_unserializable(exc)
         final = settlement.final or self.store.get(row.id) or row
-        self._ended(final, ctx, time.monotonic() - started, exception)
+        # The worker's own end-of-task signals, so receivers (and the Tasks
+        # framework's task_finished) see a test run as they see a worker's.
+        duration = time.monotonic() - started
+        if final.status == "succeeded":
+            self._send(signals.task_succeeded, task=final, duration=duration)
+        elif final.status == "canceled":
+            self._send(signals.task_canceled, task=final, duration=duration)
+        elif final.status == "queued" and settlement.snoozed_ms is not None:
+            self._send(
+                signals.task_snoozed, task=final, duration=duration, delay_ms=settlement.snoozed_ms
+            )
+        elif final.status == "queued":
+            self._send(
+                signals.task_retrying, task=final, duration=duration, error=final.error,
+                delay_ms=settlement.retry_ms or 0,
+            )
+        elif final.status == "failed":
+            signals.send_while_handling(
+                lambda: self._send(signals.task_failed, task=final, duration=duration, error=final.error),
+                exception,
+            )
         attempt = Ran(task=final, exception=exception)
         self.ran.append(attempt)
         return attempt
-
-    def _ended(
-        self, row: TaskRecord, ctx: TaskContext, duration: float,
-        raised: BaseException | None = None,
-    ) -> None:
-        # The worker's own end-of-task signals, so receivers (and the Tasks
-        # framework's task_finished) see a test run as they see a worker's.
-        settlement = ctx.settlement
-        if row.status == "succeeded":
-            self._send(signals.task_succeeded, task=row, duration=duration)
-        elif row.status == "canceled":
-            self._send(signals.task_canceled, task=row, duration=duration)
-        elif row.status == "queued" and settlement.snoozed_ms is not None:
-            self._send(
-                signals.task_snoozed, task=row, duration=duration, delay_ms=settlement.snoozed_ms
-            )
-        elif row.status == "queued":
-            self._send(
-                signals.task_retrying, task=row, duration=duration, error=row.error,
-                delay_ms=settlement.retry_ms or 0,
-            )
-        elif row.status == "failed":
-            signals.send_while_handling(
-                lambda: self._send(signals.task_failed, task=row, duration=duration, error=row.error),
-                raised,
-            )
 
     def _send(self, signal: Any, **kwargs: Any) -> None:
         signal.send(sender=TaskRunner, worker=self, **kwargs)
