@@ -225,7 +225,9 @@ class IdlePolicy:
         logger.warning(
             "Claiming failed; retrying in %.2fs (the database may be restarting).", self._retry_s
         )
-        self.sleep(self._retry_s)
+        deadline = time.monotonic() + self._retry_s
+        while not self._stopping() and time.monotonic() < deadline:
+            time.sleep(min(SLICE_S, max(0.0, deadline - time.monotonic())))
         self._retry_s = min(_DB_RETRY_MAX_S, self._retry_s * 2)
 
     def rest(self, started: int, busy: int) -> bool:
@@ -288,11 +290,6 @@ class IdlePolicy:
         self._refresh_presence()
         self.wait_for_change(seconds, released_only=True)
         self.work_likely = True
-
-    def sleep(self, seconds: float) -> None:
-        deadline = time.monotonic() + seconds
-        while not self._stopping() and time.monotonic() < deadline:
-            time.sleep(min(SLICE_S, max(0.0, deadline - time.monotonic())))
 
     def idle(self) -> None:
         """Sleep a poll interval on the wakeup, cut short by a wake, a due time or a call that ended."""
