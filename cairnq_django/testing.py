@@ -58,6 +58,7 @@ from .records import TaskRecord
 from .store.leases import get_leases
 from .worker.context import TaskContext
 from .worker.envelopes import as_envelope
+from .worker.execution import Call
 from .worker.registry import Registry, autodiscover
 from .worker.registry import registry as default_registry
 
@@ -197,11 +198,9 @@ class TaskRunner:
         started = time.monotonic()
         exception = None
         try:
-            args = ([ctx],) if registration.batch is not None else (ctx, row.payload)
-            if registration.is_async:
-                result = async_to_sync(registration.fn)(*args)
-            else:
-                result = registration.fn(*args)
+            handler = async_to_sync(registration.fn) if registration.is_async else registration.fn
+            # Called as the worker calls it: (ctx, payload), or a batch's ([ctx],).
+            result = handler(*Call(registration=registration, contexts=[ctx]).args())
         # BaseException, as the worker does: a handler's SystemExit fails its
         # task rather than ending the test run.
         except BaseException as exc:
