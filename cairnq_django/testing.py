@@ -58,6 +58,7 @@ from .records import TaskRecord
 from .store.leases import get_leases
 from .worker.context import TaskContext
 from .worker.envelopes import as_envelope
+from .worker.execution import Call
 from .worker.registry import Registry, autodiscover
 from .worker.registry import registry as default_registry
 
@@ -197,11 +198,9 @@ class TaskRunner:
         started = time.monotonic()
         exception = None
         try:
-            args = ([ctx],) if registration.batch is not None else (ctx, row.payload)
-            if registration.is_async:
-                result = async_to_sync(registration.fn)(*args)
-            else:
-                result = registration.fn(*args)
+            handler = async_to_sync(registration.fn) if registration.is_async else registration.fn
+            # Called as the worker calls it: (ctx, payload), or a batch's ([ctx],).
+            result = handler(*Call(registration=registration, contexts=[ctx]).args())
         # BaseException, as the worker does: a handler's SystemExit fails its
         # task rather than ending the test run.
         except BaseException as exc:
@@ -220,36 +219,30 @@ class TaskRunner:
                 except SerializationError as exc:
                     settlement.fail_unserializable(exc)
         final = settlement.final or self.store.get(row.id) or row
-        self._ended(final, ctx, time.monotonic() - started, exception)
+        # The worker's own end-of-task signals, so receivers (and the Tasks
+        # framework's task_finished) see a test run as they see a worker's.
+        duration = time.monotonic() - started
+        if final.status == "succeeded":
+            self._send(signals.task_succeeded, task=final, duration=duration)
+        elif final.status == "canceled":
+            self._send(signals.task_canceled, task=final, duration=duration)
+        elif final.status == "queued" and settlement.snoozed_ms is not None:
+            self._send(
+                signals.task_snoozed, task=final, duration=duration, delay_ms=settlement.snoozed_ms
+            )
+        elif final.status == "queued":
+            self._send(
+                signals.task_retrying, task=final, duration=duration, error=final.error,
+                delay_ms=settlement.retry_ms or 0,
+            )
+        elif final.status == "failed":
+            signals.send_while_handling(
+                lambda: self._send(signals.task_failed, task=final, duration=duration, error=final.error),
+                exception,
+            )
         attempt = Ran(task=final, exception=exception)
         self.ran.append(attempt)
         return attempt
-
-    def _ended(
-        self, row: TaskRecord, ctx: TaskContext, duration: float,
-        raised: BaseException | None = None,
-    ) -> None:
-        # The worker's own end-of-task signals, so receivers (and the Tasks
-        # framework's task_finished) see a test run as they see a worker's.
-        settlement = ctx.settlement
-        if row.status == "succeeded":
-            self._send(signals.task_succeeded, task=row, duration=duration)
-        elif row.status == "canceled":
-            self._send(signals.task_canceled, task=row, duration=duration)
-        elif row.status == "queued" and settlement.snoozed_ms is not None:
-            self._send(
-                signals.task_snoozed, task=row, duration=duration, delay_ms=settlement.snoozed_ms
-            )
-        elif row.status == "queued":
-            self._send(
-                signals.task_retrying, task=row, duration=duration, error=row.error,
-                delay_ms=settlement.retry_ms or 0,
-            )
-        elif row.status == "failed":
-            signals.send_while_handling(
-                lambda: self._send(signals.task_failed, task=row, duration=duration, error=row.error),
-                raised,
-            )
 
     def _send(self, signal: Any, **kwargs: Any) -> None:
         signal.send(sender=TaskRunner, worker=self, **kwargs)

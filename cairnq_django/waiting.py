@@ -44,29 +44,6 @@ _down_since: dict[str, float] = {}
 _down_lock = threading.Lock()
 
 
-def _note_down(alias: str, subject: str, exc: BaseException) -> None:
-    with _down_lock:
-        if alias in _down_since:
-            return
-        _down_since[alias] = time.monotonic()
-    logger.warning(
-        "wait() for %s lost its connection to database %r (%s); waits reconnect "
-        "with backoff until their timeouts.",
-        subject, alias, str(exc).strip(),
-    )
-
-
-def _note_up(alias: str, subject: str) -> None:
-    with _down_lock:
-        since = _down_since.pop(alias, None)
-    if since is not None:
-        logger.info(
-            "wait() for %s reached database %r again, %.1fs after it was first found "
-            "unreachable.",
-            subject, alias, time.monotonic() - since,
-        )
-
-
 def refuse_inside_transaction(using: str) -> None:
     """Raise CairnQError if an atomic block is open on `using`; the message says why."""
     if connections[using].in_atomic_block:
@@ -189,7 +166,14 @@ class _Poll:
             self.outage_since = None
         if self.store.using in _down_since:
             # The first working probe after an outage, whichever wait's it is.
-            _note_up(self.store.using, self._subject())
+            with _down_lock:
+                since = _down_since.pop(self.store.using, None)
+            if since is not None:
+                logger.info(
+                    "wait() for %s reached database %r again, %.1fs after it was first found "
+                    "unreachable.",
+                    self._subject(), self.store.using, time.monotonic() - since,
+                )
 
     def _subject(self) -> str:
         return f"key {self.key!r}" if self.key else f"task {self.task_id}"
@@ -199,7 +183,15 @@ class _Poll:
         if self.outage_since is None:
             self.outage_since = now
             self.reconnect_interval = min(RECONNECT_INITIAL_S, self.ceiling)
-            _note_down(self.store.using, self._subject(), exc)
+            with _down_lock:
+                first = self.store.using not in _down_since
+                _down_since.setdefault(self.store.using, now)
+            if first:
+                logger.warning(
+                    "wait() for %s lost its connection to database %r (%s); waits reconnect "
+                    "with backoff until their timeouts.",
+                    self._subject(), self.store.using, str(exc).strip(),
+                )
         if self.deadline is not None and now >= self.deadline:
             raise TaskTimeout(
                 f"Timed out after {now - self.started:.1f}s waiting for {self._subject()}: "

@@ -23,33 +23,6 @@ ARGS_UNSUPPORTED = (
 )
 
 
-def celery_options(
-    *,
-    countdown: float | timedelta | None = None,
-    eta: datetime | None = None,
-    expires: Any = None,
-    queue: str | None = None,
-    priority: int | None = None,
-) -> dict[str, Any]:
-    """Translate apply_async's scheduling options to enqueue()'s keywords."""
-    if expires is not None:
-        raise TypeError(EXPIRES_UNSUPPORTED)
-    if countdown is not None and eta is not None:
-        raise TypeError("Pass countdown or eta to apply_async, not both.")
-    options: dict[str, Any] = {}
-    if countdown is not None:
-        if isinstance(countdown, bool) or not isinstance(countdown, int | float | timedelta):
-            raise TypeError(f"countdown must be seconds or a timedelta, got {countdown!r}.")
-        options["delay"] = countdown if isinstance(countdown, timedelta) else timedelta(seconds=countdown)
-    if eta is not None:
-        options["run_at"] = eta
-    if queue is not None:
-        options["queue"] = queue
-    if priority is not None:
-        options["priority"] = priority
-    return options
-
-
 def attach(fn: Any, enqueue: Callable[..., Any]) -> None:
     """Give a registered handler `delay` and `apply_async`, both going through `enqueue`."""
 
@@ -71,9 +44,24 @@ def attach(fn: Any, enqueue: Callable[..., Any]) -> None:
         """Enqueue with Celery's options; other keywords go to enqueue() (key=, max_attempts=)."""
         if args:
             raise TypeError(ARGS_UNSUPPORTED)
-        translated = celery_options(
-            countdown=countdown, eta=eta, expires=expires, queue=queue, priority=priority
-        )
+        if expires is not None:
+            raise TypeError(EXPIRES_UNSUPPORTED)
+        if countdown is not None and eta is not None:
+            raise TypeError("Pass countdown or eta to apply_async, not both.")
+        # Celery's scheduling options as enqueue()'s keywords; they win over `options`.
+        translated: dict[str, Any] = {}
+        if countdown is not None:
+            if isinstance(countdown, bool) or not isinstance(countdown, int | float | timedelta):
+                raise TypeError(f"countdown must be seconds or a timedelta, got {countdown!r}.")
+            if not isinstance(countdown, timedelta):
+                countdown = timedelta(seconds=countdown)
+            translated["delay"] = countdown
+        if eta is not None:
+            translated["run_at"] = eta
+        if queue is not None:
+            translated["queue"] = queue
+        if priority is not None:
+            translated["priority"] = priority
         return enqueue(kwargs or {}, **{**options, **translated})
 
     fn.delay = delay

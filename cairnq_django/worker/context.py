@@ -16,6 +16,7 @@ import asyncio
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import timedelta
 from functools import partial
 from typing import Any, TypeVar, cast
@@ -51,13 +52,11 @@ async def run_on_db(db_executor: Any, fn: Callable[[], _T]) -> _T:
     return await asyncio.get_running_loop().run_in_executor(db_executor, call)
 
 
+@dataclass(slots=True, eq=False)
 class AtomicCompletion:
     """Yielded by `ctx.atomic()`: set `.result` to store it with the completion."""
 
-    __slots__ = ("result",)
-
-    def __init__(self, result: Any) -> None:
-        self.result = result
+    result: Any
 
 
 class TaskContext:

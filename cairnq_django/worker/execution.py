@@ -146,9 +146,7 @@ class Execution:
             else:
                 self.on_returned(call)
                 await on_db(partial(self.finish_returned, call, result))
-        except asyncio.CancelledError:
-            raise
-        except Exception as exc:
+        except Exception as exc:  # a CancelledError is no Exception: it propagates
             self.report(exc, phase="execute", task=call.name)
         finally:
             self.on_done(call)

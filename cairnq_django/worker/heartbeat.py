@@ -89,36 +89,33 @@ class Heartbeat(threading.Thread):
 
     def run(self) -> None:
         with bounded_statements(statement_timeout_ms(self.lease_ms)):
-            self._run()
-
-    def _run(self) -> None:
-        try:
-            due = time.monotonic() + self.interval_s
-            renewed_at, previous_renewal_s = 0.0, 0.0
-            while not self._stop_event.is_set():
-                self._stop_event.wait(max(0.0, min(due - time.monotonic(), _TICK_S)))
-                now = time.monotonic()
-                if self.on_tick is not None:
-                    self._safely(self.on_tick)
-                if now < due:
-                    continue
-                late = now - due
-                # The part of the lateness the previous renewal itself spent in
-                # the database: the thread could not wait for `due` while in it.
-                in_renewal = min(late, max(0.0, renewed_at - due))
-                # Renew first: the leases are what is at risk. Then report.
-                at_risk = self._at_risk(due) if late > self.interval_s else None
-                renewal_started = time.monotonic()
-                self._safely(self.beat)
-                renewed_at = time.monotonic()
-                renewal_s = renewed_at - renewal_started
-                release(self.store.using)
-                due = now + self.interval_s
-                if at_risk is not None:
-                    self._report_late(late, in_renewal, previous_renewal_s, at_risk)
-                previous_renewal_s = renewal_s
-        finally:
-            connections.close_all()
+            try:
+                due = time.monotonic() + self.interval_s
+                renewed_at, previous_renewal_s = 0.0, 0.0
+                while not self._stop_event.is_set():
+                    self._stop_event.wait(max(0.0, min(due - time.monotonic(), _TICK_S)))
+                    now = time.monotonic()
+                    if self.on_tick is not None:
+                        self._safely(self.on_tick)
+                    if now < due:
+                        continue
+                    late = now - due
+                    # The part of the lateness the previous renewal itself spent in
+                    # the database: the thread could not wait for `due` while in it.
+                    in_renewal = min(late, max(0.0, renewed_at - due))
+                    # Renew first: the leases are what is at risk. Then report.
+                    at_risk = self._at_risk(due) if late > self.interval_s else None
+                    renewal_started = time.monotonic()
+                    self._safely(self.beat)
+                    renewed_at = time.monotonic()
+                    renewal_s = renewed_at - renewal_started
+                    release(self.store.using)
+                    due = now + self.interval_s
+                    if at_risk is not None:
+                        self._report_late(late, in_renewal, previous_renewal_s, at_risk)
+                    previous_renewal_s = renewal_s
+            finally:
+                connections.close_all()
 
     def beat(self) -> None:
         """Renew every live lease in one statement and flag the ones that are gone."""

@@ -225,7 +225,9 @@ class IdlePolicy:
         logger.warning(
             "Claiming failed; retrying in %.2fs (the database may be restarting).", self._retry_s
         )
-        self.sleep(self._retry_s)
+        deadline = time.monotonic() + self._retry_s
+        while not self._stopping() and time.monotonic() < deadline:
+            time.sleep(min(SLICE_S, max(0.0, deadline - time.monotonic())))
         self._retry_s = min(_DB_RETRY_MAX_S, self._retry_s * 2)
 
     def rest(self, started: int, busy: int) -> bool:
@@ -234,19 +236,9 @@ class IdlePolicy:
         `busy` is the calls in flight before the poll.
         """
         self._retry_s = _DB_RETRY_FIRST_S
-        if started:
-            if self.work_likely or self._burst:
-                return True
-            if self.held_wait_s is not None:
-                self.held_wait(self.held_wait_s)
-                return True
-            # The claim took all the work that was due. Asking again at
-            # once would find nothing and, worse, hold the GIL while the
-            # handler threads just handed work are trying to start; the
-            # wakeup (or the poll interval) says when to look again.
-            self.idle()
-            return True
         held_s = self.held_wait_s
+        if started and (self.work_likely or self._burst):
+            return True
         if self._burst:
             # `busy` was read before the probe: a call that ended after
             # the probe may have queued a retry or children, so only an
@@ -256,10 +248,14 @@ class IdlePolicy:
                 return False
             # A running call may still enqueue children or retries.
             self.wait_for_change(self._poll_ms / 1000 if held_s is None else held_s)
-            return True
-        if held_s is not None:
+        elif held_s is not None:
             self.held_wait(held_s)
-        elif not self.work_likely:  # else the probe after an empty claim found work come due
+        elif started or not self.work_likely:
+            # A claim that took all the work that was due: asking again at
+            # once would find nothing and, worse, hold the GIL while the
+            # handler threads just handed work are trying to start; the
+            # wakeup (or the poll interval) says when to look again. (After
+            # an empty claim, work_likely means the probe found work come due.)
             self.idle()
         return True
 
@@ -295,11 +291,6 @@ class IdlePolicy:
         self.wait_for_change(seconds, released_only=True)
         self.work_likely = True
 
-    def sleep(self, seconds: float) -> None:
-        deadline = time.monotonic() + seconds
-        while not self._stopping() and time.monotonic() < deadline:
-            time.sleep(min(SLICE_S, max(0.0, deadline - time.monotonic())))
-
     def idle(self) -> None:
         """Sleep a poll interval on the wakeup, cut short by a wake, a due time or a call that ended."""
         release(self._using)  # a pooled connection is not held while idle
@@ -308,11 +299,25 @@ class IdlePolicy:
         while not self._stopping():
             now = time.monotonic()
             remaining = deadline - now
-            due = self._next_due()
+            # When to claim for delayed work falling due (monotonic), if ever.
+            self.due.requeued(self._in_flight.take_requeued_due())
+            due = self.due.next(answers=self.wakeup.answers_queued(self.drained_key))
             if due is not None and due <= now:
-                self._woke_for_due(now)
+                # The next claim answers a due time: it skips the probe, and
+                # learns the next one after.
+                own = self.due.spend(now)
+                logger.debug(
+                    "Idle worker %s woke for %s falling due.", self._worker_id,
+                    "its own retry or snooze" if own else "a delayed task it read",
+                )
+                self.due_wake = self.work_likely = True
                 return
-            if remaining <= 0 or self._changed.is_set() and self._recheck_on_call_end():
+            # A call that ended may have freed a slot for work the last poll
+            # left behind. If that poll took everything, what the call enqueued
+            # (a retry, children) sends its own NOTIFY, so with healthy wakeups
+            # a probe per finished task would find nothing.
+            call_ended = self._changed.is_set() and (self.left_work or not self.wakeup.healthy)
+            if remaining <= 0 or call_ended:
                 if remaining <= 0:
                     logger.debug("Idle worker %s polls: its poll interval ran out.", self._worker_id)
                 return
@@ -330,22 +335,11 @@ class IdlePolicy:
                     # that committed before this task did.
                     if self._stand_down(self.wakeup.drained_seen(self.drained_key)):
                         continue
-                    self.work_likely = True
-                    self.woken = True
+                    self.work_likely = self.woken = True
                     return
             except Exception as exc:
                 self._report(exc, phase="wakeup")
                 self.wakeup = _EventWait(self._changed)  # plain polling from now on
-
-    def _recheck_on_call_end(self) -> bool:
-        """Whether a call that ended is a reason to poll now.
-
-        It may have freed a slot (or a per-name one) for work the last poll
-        left behind. If that poll took everything, what the call enqueued (a
-        retry, children) sends its own NOTIFY, so with healthy wakeups a
-        probe per finished task would find nothing.
-        """
-        return self.left_work or not self.wakeup.healthy
 
     def _stand_down(self, drained_before: int) -> bool:
         """After a wake: whether a faster worker took all the work while this one deferred."""
@@ -368,21 +362,6 @@ class IdlePolicy:
             self._seeking_seat = seeking
             wakeup = self.wakeup
             (wakeup.seek_seat if seeking else wakeup.leave_seat)(self.drained_key)
-
-    def _next_due(self) -> float | None:
-        """When this idle worker should claim for delayed work falling due (monotonic), if ever."""
-        self.due.requeued(self._in_flight.take_requeued_due())
-        return self.due.next(answers=self.wakeup.answers_queued(self.drained_key))
-
-    def _woke_for_due(self, now: float) -> None:
-        """The next claim answers a due time: it skips the probe, and learns the next one after."""
-        own = self.due.spend(now)
-        logger.debug(
-            "Idle worker %s woke for %s falling due.", self._worker_id,
-            "its own retry or snooze" if own else "a delayed task it read",
-        )
-        self.due_wake = True
-        self.work_likely = True
 
 
 class _EventWait(Wakeup):

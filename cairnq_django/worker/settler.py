@@ -29,6 +29,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 from django.db import connections
@@ -53,22 +54,17 @@ RETRY_MAX_S = 2.0
 LEASE_SLACK_S = 1.0
 
 
+@dataclass(slots=True, eq=False)
 class _Item:
     """One completion, whose outcome the settler sets once and passes to its callback."""
 
-    __slots__ = ("task_id", "worker_id", "result_json", "_then", "_set")
-
-    def __init__(
-        self, task_id: str, worker_id: str, result_json: str | None,
-        then: Callable[[TaskRecord | None, BaseException | None], None],
-    ) -> None:
-        self.task_id = task_id
-        self.worker_id = worker_id
-        self.result_json = result_json
-        # The outcome is passed to it on the settler thread (complete() waits on
-        # a lock that its callback releases).
-        self._then = then
-        self._set = False
+    task_id: str
+    worker_id: str
+    result_json: str | None
+    # The outcome is passed to it on the settler thread (complete() waits on
+    # a lock that its callback releases).
+    then: Callable[[TaskRecord | None, BaseException | None], None]
+    _set: bool = field(default=False, init=False)
 
     def done(self) -> bool:
         return self._set
@@ -78,7 +74,7 @@ class _Item:
             raise RuntimeError(f"the completion of {self.task_id} was settled twice")
         self._set = True
         try:
-            self._then(row, error)
+            self.then(row, error)
         except Exception:
             # The callback reports its own failures; the settler must outlive it.
             logger.exception("Handling the outcome of the completion of %s failed.", self.task_id)
@@ -165,7 +161,11 @@ class Settler:
             ready.release()
 
         if not self.complete_later(task_id, worker_id, encoded, then):
-            return self._write_alone(task_id, worker_id, encoded)
+            # The settler is stopping: written alone, on this thread.
+            row = self._write([(task_id, worker_id, encoded)])[0]
+            if row is None:
+                raise LostLease(task_id)
+            return row
         ready.acquire()
         row, error = outcome
         if error is not None:
@@ -193,33 +193,30 @@ class Settler:
     # ------------------------------------------------------------ the thread
     def _run(self) -> None:
         with bounded_statements(self.statement_timeout_ms):
-            self._serve()
-
-    def _serve(self) -> None:
-        try:
-            while True:
-                first = self._items.get()
-                if first is None:
-                    return
-                group = [first]
-                stopping = False
-                while len(group) < MAX_GROUP:
-                    try:
-                        item = self._items.get_nowait()
-                    except queue.Empty:
-                        break
-                    if item is None:
-                        stopping = True
-                        break
-                    group.append(item)
-                self._write_group(group)
-                if self._items.empty():
-                    release(self.store.using)  # not held while no completion waits
-                if stopping:
-                    return
-        finally:
-            self._fail_leftovers()
-            connections.close_all()
+            try:
+                while True:
+                    first = self._items.get()
+                    if first is None:
+                        return
+                    group = [first]
+                    stopping = False
+                    while len(group) < MAX_GROUP:
+                        try:
+                            item = self._items.get_nowait()
+                        except queue.Empty:
+                            break
+                        if item is None:
+                            stopping = True
+                            break
+                        group.append(item)
+                    self._write_group(group)
+                    if self._items.empty():
+                        release(self.store.using)  # not held while no completion waits
+                    if stopping:
+                        return
+            finally:
+                self._fail_leftovers()
+                connections.close_all()
 
     def _write_group(self, group: list[_Item]) -> None:
         try:
@@ -315,12 +312,6 @@ class Settler:
                 with self._committing_lock:
                     self._committing.subtract(ids)
                     self._committing += Counter()  # drop the ids now at zero
-
-    def _write_alone(self, task_id: str, worker_id: str, result_json: str | None) -> TaskRecord:
-        row = self._write([(task_id, worker_id, result_json)])[0]
-        if row is None:
-            raise LostLease(task_id)
-        return row
 
     def _fail_leftovers(self) -> None:
         # Only reachable if the thread dies: a waiter must not block forever.
