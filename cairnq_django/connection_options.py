@@ -26,6 +26,7 @@ from typing import Any
 from django.db import connections
 
 from .conf import cairnq_settings
+from .validators import is_integer
 
 DEFAULT_CONNECTION_OPTIONS: dict[str, int] = {
     "keepalives": 1,
@@ -121,9 +122,7 @@ def connection_options_errors(setting: Any) -> list[str]:
     for key, value in setting.items():
         if not isinstance(key, str) or not key:
             errors.append(f"settings.CAIRNQ['CONNECTION_OPTIONS'] has a key {key!r} that is not a name.")
-        elif key in DEFAULT_CONNECTION_OPTIONS and value is not None and (
-            isinstance(value, bool) or not isinstance(value, int) or value < 0
-        ):
+        elif key in DEFAULT_CONNECTION_OPTIONS and value is not None and not is_integer(value, minimum=0):
             errors.append(
                 f"settings.CAIRNQ['CONNECTION_OPTIONS'][{key!r}] must be a non-negative "
                 f"integer or None, not {value!r}."

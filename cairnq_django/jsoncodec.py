@@ -116,10 +116,7 @@ def _check_structure(value: Any, what: str) -> None:
                 f"The task {what} is nested deeper than {MAX_DEPTH} levels; not every "
                 "reader could decode it."
             )
-        stack.extend((member, depth + 1) for member in members if isinstance(member, _CONTAINERS))
-
-
-_CONTAINERS = (dict, list, tuple)
+        stack.extend((member, depth + 1) for member in members if isinstance(member, (dict, list, tuple)))
 
 
 def _strings(value: Any) -> Any:

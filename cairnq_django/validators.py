@@ -30,7 +30,6 @@ MAX_KEY_LENGTH = 512
 MAX_CORRELATION_ID_LENGTH = 255
 
 
-
 def is_integer(value: Any, *, minimum: int = 1) -> TypeGuard[int]:
     """Is value an int (never a bool) of at least `minimum`? For checks that report, not raise."""
     return isinstance(value, int) and not isinstance(value, bool) and value >= minimum

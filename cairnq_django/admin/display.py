@@ -217,18 +217,14 @@ def error_block(raw: object) -> SafeString | str:
     json_block shows it. The whole envelope stays below, folded.
     """
     text, note = decode_raw(raw)
-    if text is None or note is not None:
-        return json_block(raw)
-    try:
-        envelope = json.loads(text)
-    except (ValueError, RecursionError):
-        return json_block(raw)
-    if not isinstance(envelope, dict):
-        return json_block(raw)
-    try:
-        return _envelope_block(envelope, raw)
-    except RecursionError:  # a field nested too deeply to print again
-        return json_block(raw)
+    if text is not None and note is None:
+        try:
+            envelope = json.loads(text)
+            if isinstance(envelope, dict):
+                return _envelope_block(envelope, raw)
+        except (ValueError, RecursionError):  # not JSON, or a field too deep to print again
+            pass
+    return json_block(raw)
 
 
 def _envelope_block(envelope: dict[str, object], raw: object) -> SafeString:

@@ -26,7 +26,7 @@ from .guarded import GuardedAdmin, refuse_nul
 
 NEXT_SHOWN = 3
 
-# Action -> (permission codename, what it does).
+# Action -> the permission codename it needs.
 ACTIONS = {
     "run": "run_schedule",
     "pause": "pause_schedule",

@@ -12,6 +12,7 @@ from typing import Any
 from .. import jsoncodec
 from ..conf import cairnq_settings
 from ..records import MAX_LIMIT_VALUE_LENGTH, Limit
+from ..validators import is_integer
 
 # What a limit applies to. A "key_prefix" limit applies to each distinct
 # concurrency key starting with its value, apart.
@@ -26,7 +27,7 @@ _PER_MAX_MS = 2**52
 def _positive(argument: str, value: Any, maximum: int) -> int | None:
     if value is None:
         return None
-    if isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= maximum:
+    if is_integer(value) and value <= maximum:
         return value
     raise ValueError(f"{argument} must be a positive integer (at most {maximum}), got {value!r}.")
 

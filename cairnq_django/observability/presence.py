@@ -74,30 +74,25 @@ class Presence:
         self._check_failing = False
         # (queue, name) -> when it was last warned about (time.monotonic()).
         self._warned: dict[tuple[str, str], float] = {}
-        self._due = 0.0  # monotonic time of the next refresh; 0: at the first tick
-
-    @property
-    def due_at(self) -> float:
-        """When (time.monotonic()) the next refresh is due; the loop wakes for it."""
-        return self._due
+        # When (time.monotonic()) the next refresh is due, for the loop to wake
+        # for it; 0: at the first tick.
+        self.due_at = 0.0
 
     def tick(self) -> None:
         """Refresh the row if it is due (call often, from the thread that owns the session)."""
         now = time.monotonic()
-        if now < self._due:
+        if now < self.due_at:
             return
-        self._due = now + self.next_wait_s()
+        # Jittered, so workers started together do not refresh together.
+        spread = self.interval_ms * INTERVAL_JITTER
+        wait_ms = max(MIN_INTERVAL_MS, self.interval_ms + random.uniform(-spread, spread))  # noqa: S311 - jitter
+        self.due_at = now + wait_ms / 1000
         self._safely(self.refresh)
         release(self.using)  # a pooled connection is not kept between refreshes
 
     def stop(self) -> None:
         """Delete the row (a clean stop)."""
         self._safely(self.remove)
-
-    def next_wait_s(self) -> float:
-        """The interval, moved at random by up to INTERVAL_JITTER of itself."""
-        spread = self.interval_ms * INTERVAL_JITTER
-        return max(MIN_INTERVAL_MS, self.interval_ms + random.uniform(-spread, spread)) / 1000  # noqa: S311 - jitter
 
     def refresh(self) -> None:
         """record() and the unhandled-name check, as one transaction."""
