@@ -212,8 +212,9 @@ class TaskRunner:
                 ctx.fail(envelope, retryable=retryable)
         else:
             if not settlement.settled and not ctx.lost_lease:
-                if registration.batch is not None and isinstance(result, dict):
-                    result = result.get(row.id)
+                if registration.batch is not None:
+                    # As the worker: only a {task_id: result} dict gives a batch results.
+                    result = result.get(row.id) if isinstance(result, dict) else None
                 try:
                     ctx.succeed(result)
                 except SerializationError as exc:

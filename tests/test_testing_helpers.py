@@ -212,6 +212,26 @@ def test_a_runner_uses_the_registry_it_is_given(db):
     assert [r.task.id for r in ran] == [task.id]
 
 
+@pytest.mark.parametrize(
+    ("returned", "results"),
+    [("ignored", [None, None]), ({"first": 1}, [1, None])],
+    ids=["not a dict", "a dict by task id"],
+)
+def test_a_batch_handlers_return_settles_its_tasks_as_the_worker_does(db, returned, results):
+    """docs/worker.md: only a {task_id: result} dict supplies a batch's results."""
+    from cairnq_django.worker.registry import Registry
+
+    only = Registry()
+    only.register("only.batch", lambda ctxs: returned, batch=5)
+    first = cairnq_django.enqueue("only.batch", {"n": 1})
+    second = cairnq_django.enqueue("only.batch", {"n": 2})
+    if isinstance(returned, dict):
+        returned = {first.id: returned["first"]}
+    TaskRunner(registry=only).drain()
+    assert [cairnq_django.get(t.id).status for t in (first, second)] == ["succeeded"] * 2
+    assert [cairnq_django.get(t.id).result for t in (first, second)] == results
+
+
 @pytest.mark.parametrize("raised", [SystemExit(3), KeyboardInterrupt()])
 def test_a_handler_raising_a_base_exception_fails_its_task_as_the_worker_does(db, raised):
     from cairnq_django.worker.registry import Registry
