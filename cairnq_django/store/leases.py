@@ -147,9 +147,7 @@ class LeaseOperations(ApplicationOperations):
         if not self.dialect.has_listen_notify:
             announce = None
         # PostgreSQL: the recovery and the claim in one round trip, where it can.
-        claimed = None if self.engine is None else self.engine.claim(
-            queues, worker_id, lease_ms, plan, announce
-        )
+        claimed = self.engine.claim(queues, worker_id, lease_ms, plan, announce)
         if claimed is None:
             claimed = []
             with self.atomic():

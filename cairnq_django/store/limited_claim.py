@@ -206,7 +206,7 @@ def claim(
         # lock and the counts, before they are known.
         first = _candidate_query(store.using, queues, _Pick(limits, Counts(0), plan), window)
         # PostgreSQL: the lock, the recovery, the counts and this read in one round trip.
-        found = None if store.engine is None else store.engine.lock_recover_count(limits, first)
+        found = store.engine.lock_recover_count(limits, first)
         first_rows: list[tuple[str, str, str, str | None]] | None = None
         if found is None:
             now = _lock(store)

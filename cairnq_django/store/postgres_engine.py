@@ -9,10 +9,10 @@ application.py) does with the same statements, in fewer round trips:
 - `copy_insert`: a large batch through COPY FROM STDIN.
 
 The engine is chosen once per alias (`engine_of`, from the dialect's
-has_round_trip_engine); elsewhere there is none, and every caller takes its
-generic path. A variant that
-cannot run here and now (inside a caller's transaction, with server-side
-binding, on psycopg2) answers None, and the caller takes its generic path.
+has_round_trip_engine); elsewhere it is the `GenericEngine`, whose variants
+all answer None. A variant that cannot run here and now (inside a caller's
+transaction, with server-side binding, on psycopg2) answers None too: on
+None, the caller takes its generic path.
 The driver calls themselves are django_private.py's.
 """
 
@@ -153,6 +153,19 @@ class PostgresEngine:
         return [inserted_record(spec, copied_at) for spec in specs]
 
 
-def engine_of(executor: Executor) -> PostgresEngine | None:
+class GenericEngine:
+    """No round-trip variants: each answers None, so every caller runs its statements one by one."""
+
+    def claim(self, *args: object) -> None:
+        return None
+
+    def lock_recover_count(self, *args: object) -> None:
+        return None
+
+    def copy_insert(self, *args: object) -> None:
+        return None
+
+
+def engine_of(executor: Executor) -> PostgresEngine | GenericEngine:
     """The engine of the executor's alias: the PostgreSQL variants where the dialect has them."""
-    return PostgresEngine(executor) if executor.dialect.has_round_trip_engine else None
+    return PostgresEngine(executor) if executor.dialect.has_round_trip_engine else GenericEngine()
