@@ -41,6 +41,7 @@ from .protocol_statements import (
     RENEW_MANY,
     SNOOZE,
     SUCCEED,
+    Draw,
     claim_shape,
     drained_notify_sql,
     draw_values,
@@ -56,8 +57,8 @@ def _claim_plan(
     lease_ms: int,
     limit: int,
     names: Sequence[str] | None,
-    draws: Iterable[tuple[Sequence[str] | None, int]] | None,
-) -> tuple[Sequence[str], list[tuple[Sequence[str] | None, int]]]:
+    draws: Iterable[Draw] | None,
+) -> tuple[Sequence[str], list[Draw]]:
     """A claim's queues and its draws, checked, without the draws that can take nothing."""
     if isinstance(queues, str):
         queues = [queues]
@@ -132,7 +133,7 @@ class LeaseOperations(ApplicationOperations):
         lease_ms: int = DEFAULT_LEASE_MS,
         limit: int = 1,
         names: Sequence[str] | None = None,
-        draws: Iterable[tuple[Sequence[str] | None, int]] | None = None,
+        draws: Iterable[Draw] | None = None,
         announce: tuple[str, Sequence[str]] | None = None,
     ) -> list[TaskRecord]:
         """Recover expired leases, then take up to `limit` due tasks, in one transaction.
@@ -169,7 +170,7 @@ class LeaseOperations(ApplicationOperations):
         lease_ms: int = DEFAULT_LEASE_MS,
         limit: int = 1,
         names: Sequence[str] | None = None,
-        draws: Iterable[tuple[Sequence[str] | None, int]] | None = None,
+        draws: Iterable[Draw] | None = None,
         announce: tuple[str, Sequence[str]] | None = None,
     ) -> LimitedClaim:
         """claim() under fleet-wide flow limits (store/limited_claim.py); `limits` in force.

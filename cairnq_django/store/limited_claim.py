@@ -38,7 +38,7 @@ from ..records import Limit, TaskRecord
 from . import sql
 from .executor import Executor
 from .limit_counts import SCOPE_COLUMNS, Counts, read_counts, scope_value
-from .protocol_statements import CLAIM_IDS, drained_notify_sql, paused_queues_of, tasks_of
+from .protocol_statements import CLAIM_IDS, Draw, drained_notify_sql, paused_queues_of, tasks_of
 
 if TYPE_CHECKING:
     from .application import ApplicationOperations
@@ -69,9 +69,7 @@ class LimitedClaim:
     retry_in_ms: int | None = None
 
 
-def relevant_limits(
-    limits: Sequence[Limit], queues: Sequence[str], plan: Sequence[tuple[Sequence[str] | None, int]]
-) -> list[Limit]:
+def relevant_limits(limits: Sequence[Limit], queues: Sequence[str], plan: Sequence[Draw]) -> list[Limit]:
     """The limits a claim from `queues` for the draws' names can meet.
 
     Every key_prefix limit: any task may carry a concurrency key.
@@ -105,8 +103,7 @@ class _Quota:
 class _Pick:
     """The greedy choice of one limited claim: candidates in claim order, every limit respected."""
 
-    def __init__(self, limits: Sequence[Limit], counts: Counts,
-                 plan: Sequence[tuple[Sequence[str] | None, int]]) -> None:
+    def __init__(self, limits: Sequence[Limit], counts: Counts, plan: Sequence[Draw]) -> None:
         self.limits = limits
         self.counts = counts
         self.quota = [_Quota(None if names is None else frozenset(names), n) for names, n in plan]
@@ -188,7 +185,7 @@ def claim(
     queues: Sequence[str],
     worker_id: str,
     lease_ms: int,
-    plan: Sequence[tuple[Sequence[str] | None, int]],
+    plan: Sequence[Draw],
     announce: tuple[str, Sequence[str]] | None,
     in_force: Sequence[Limit],
 ) -> LimitedClaim:

@@ -29,14 +29,12 @@ from . import attempts, sql
 from .django_private import driver_copy, is_client_binding, run_batch, select_sql
 from .encoding import LEASE_EXPIRED, inserted_record
 from .limit_counts import Counts, add_rows, count_queries
-from .protocol_statements import CLAIM, RECOVER, claim_shape, drained_notify_sql, draw_values
+from .protocol_statements import CLAIM, RECOVER, Draw, claim_shape, drained_notify_sql, draw_values
 from .timeouts import statement_prefix
 
 if TYPE_CHECKING:
     from .executor import Executor
 
-# One draw's (names, limit), as leases.py plans a claim.
-Draw = tuple[Sequence[str] | None, int]
 # A limited claim's candidate: (id, queue, name, concurrency key).
 Candidate = tuple[str, str, str, str | None]
 
