@@ -190,8 +190,6 @@ class LeaseOperations(ApplicationOperations):
             ))
         if not plan:
             return LimitedClaim([])
-        if not self.dialect.has_listen_notify:
-            announce = None
         result = limited_claim.claim(
             self, self.recover_leases, limits, queues, worker_id, lease_ms, plan, announce, in_force
         )

@@ -253,7 +253,7 @@ def claim(
             if started:
                 FlowStart.objects.using(store.using).bulk_create(started)
         _prune(store.using, limits, in_force or limits, now)
-        if announce is not None:
+        if announce is not None and store.dialect.has_listen_notify:
             store.run_sql(*drained_notify_sql(store.using, queues, *announce))
     retry_in = None if pick.retry_at is None else max(1, pick.retry_at - now)
     return LimitedClaim(tasks, pick.held, retry_in)
