@@ -145,8 +145,6 @@ class LeaseOperations(ApplicationOperations):
         names (drained.py); elsewhere it is ignored.
         """
         queues, plan = _claim_plan(queues, lease_ms, limit, names, draws)
-        if not self.dialect.has_listen_notify:
-            announce = None
         # PostgreSQL: the recovery and the claim in one round trip, where it can.
         claimed = self.engine.claim(queues, worker_id, lease_ms, plan, announce)
         if claimed is None:
@@ -156,7 +154,7 @@ class LeaseOperations(ApplicationOperations):
                 for draw_names, draw_limit in plan:  # already free of empty draws
                     values = {"worker_id": worker_id, "lease_ms": lease_ms, **draw_values(queues, draw_names)}
                     claimed += self.records(CLAIM, values, claim_shape(queues, draw_names, draw_limit))
-                if announce is not None:
+                if announce is not None and self.dialect.has_listen_notify:
                     self.run_sql(*drained_notify_sql(self.using, queues, *announce))
         claimed.sort(key=claim_order)
         return claimed
