@@ -24,7 +24,7 @@ from cairnq_django import Limit
 from cairnq_django.conformance import ConformanceError, load_scenario, run_scenario, scenario_files
 from cairnq_django.models import TaskAttempt
 from cairnq_django.store.leases import LeaseOperations
-from cairnq_django.store.postgres_engine import COPY_MIN_ROWS, PostgresEngine
+from cairnq_django.store.postgres_engine import COPY_MIN_ROWS, GenericEngine, PostgresEngine
 from cairnq_django.store.sql import LIMITED_CLAIM_LOCK
 
 from .scenario_folder import scenario_dir, skip_or_fail_without_scenarios
@@ -43,7 +43,7 @@ def variants(request) -> bool:
 @pytest.fixture
 def leases(variants, live_store):
     """The lease part over the engine under test; `live_store` empties the tables afterwards."""
-    return LeaseOperations("default", PostgresEngine if variants else lambda _: None)
+    return LeaseOperations("default", PostgresEngine if variants else lambda _: GenericEngine())
 
 
 @contextmanager

@@ -13,7 +13,8 @@ import os
 import sys
 
 
-def build_parser() -> argparse.ArgumentParser:
+def main(argv: list[str] | None = None) -> int:
+    """Run the scenarios, print one line each and a summary; return the exit status."""
     parser = argparse.ArgumentParser(
         prog="python -m cairnq_django.conformance",
         description="Run CairnQ conformance scenarios against a fresh test database.",
@@ -27,12 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--database",
         help="Database alias whose engine to test (default: CAIRNQ['DATABASE']).",
     )
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Run the scenarios, print one line each and a summary; return the exit status."""
-    args = build_parser().parse_args(argv)
+    args = parser.parse_args(argv)
     if args.settings:
         os.environ["DJANGO_SETTINGS_MODULE"] = args.settings
     if not os.environ.get("DJANGO_SETTINGS_MODULE"):

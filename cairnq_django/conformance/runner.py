@@ -136,10 +136,6 @@ def _heartbeat_batch(
     ]
 
 
-def _sleep(store: LeaseOperations, ms: int) -> None:
-    time.sleep(ms / 1000)
-
-
 # Ops whose arguments are the store method's own take that method, unbound
 # (looked up when a step runs: the store reaches the models, and this module
 # loads before Django is set up): _bind checks the step's arguments against
@@ -166,7 +162,7 @@ OPS: dict[str, Callable[..., Any]] = {
     "fail": lambda store, id, worker_id, error, retryable=True, delay_ms=0: store.fail(
         id, worker_id, error, retryable, delay_ms
     ),
-    "sleep": _sleep,
+    "sleep": lambda store, ms: time.sleep(ms / 1000),
 }
 
 

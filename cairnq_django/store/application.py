@@ -47,7 +47,7 @@ from ..validators import (
 )
 from .encoding import inserted_record
 from .executor import Executor
-from .postgres_engine import PostgresEngine, engine_of
+from .postgres_engine import GenericEngine, PostgresEngine, engine_of
 from .protocol_statements import (
     BY_KEY,
     CANCEL,
@@ -71,11 +71,11 @@ class ApplicationOperations(Executor):
     """Submits, reads, cancels, retries and purges, run on one alias's connection (Executor)."""
 
     def __init__(
-        self, using: str, engine: Callable[[Executor], PostgresEngine | None] = engine_of
+        self, using: str, engine: Callable[[Executor], PostgresEngine | GenericEngine] = engine_of
     ) -> None:
         super().__init__(using)
-        # The alias's round-trip variants (postgres_engine.py), chosen once, or
-        # None: the generic path (a test passes a factory to choose either anywhere).
+        # The alias's round-trip variants (postgres_engine.py), chosen once (a
+        # test passes a factory to choose either engine anywhere).
         self.engine = engine(self)
 
     def _written(self, rows: builtins.list[TaskRecord]) -> None:
@@ -141,7 +141,7 @@ class ApplicationOperations(Executor):
         if not specs:
             return []
         self.verify_protocol()
-        copied = None if self.engine is None else self.engine.copy_insert(specs)
+        copied = self.engine.copy_insert(specs)
         if copied is not None:
             return copied
         now = now_ms() if self.dialect.uses_process_clock else None

@@ -98,10 +98,9 @@ class Executor:
         """Run a statement that returns whole task rows, as records."""
         return [TaskRecord.from_sequence(row) for row in self.run(statement, values, shape, rows)]
 
-    def record(self, statement: Statement, values: dict[str, Any] | None = None,
-               shape: tuple[Any, ...] = ()) -> TaskRecord | None:
+    def record(self, statement: Statement, values: dict[str, Any]) -> TaskRecord | None:
         """The first task row a statement returns, or None."""
-        found = self.records(statement, values, shape)
+        found = self.records(statement, values)
         return found[0] if found else None
 
     def fetch(self, queryset: QuerySet[Any, Any]) -> list[TaskRecord]:

@@ -41,6 +41,7 @@ from .protocol_statements import (
     RENEW_MANY,
     SNOOZE,
     SUCCEED,
+    Draw,
     claim_shape,
     drained_notify_sql,
     draw_values,
@@ -56,8 +57,8 @@ def _claim_plan(
     lease_ms: int,
     limit: int,
     names: Sequence[str] | None,
-    draws: Iterable[tuple[Sequence[str] | None, int]] | None,
-) -> tuple[Sequence[str], list[tuple[Sequence[str] | None, int]]]:
+    draws: Iterable[Draw] | None,
+) -> tuple[Sequence[str], list[Draw]]:
     """A claim's queues and its draws, checked, without the draws that can take nothing."""
     if isinstance(queues, str):
         queues = [queues]
@@ -132,7 +133,7 @@ class LeaseOperations(ApplicationOperations):
         lease_ms: int = DEFAULT_LEASE_MS,
         limit: int = 1,
         names: Sequence[str] | None = None,
-        draws: Iterable[tuple[Sequence[str] | None, int]] | None = None,
+        draws: Iterable[Draw] | None = None,
         announce: tuple[str, Sequence[str]] | None = None,
     ) -> list[TaskRecord]:
         """Recover expired leases, then take up to `limit` due tasks, in one transaction.
@@ -144,12 +145,8 @@ class LeaseOperations(ApplicationOperations):
         names (drained.py); elsewhere it is ignored.
         """
         queues, plan = _claim_plan(queues, lease_ms, limit, names, draws)
-        if not self.dialect.has_listen_notify:
-            announce = None
         # PostgreSQL: the recovery and the claim in one round trip, where it can.
-        claimed = None if self.engine is None else self.engine.claim(
-            queues, worker_id, lease_ms, plan, announce
-        )
+        claimed = self.engine.claim(queues, worker_id, lease_ms, plan, announce)
         if claimed is None:
             claimed = []
             with self.atomic():
@@ -157,7 +154,7 @@ class LeaseOperations(ApplicationOperations):
                 for draw_names, draw_limit in plan:  # already free of empty draws
                     values = {"worker_id": worker_id, "lease_ms": lease_ms, **draw_values(queues, draw_names)}
                     claimed += self.records(CLAIM, values, claim_shape(queues, draw_names, draw_limit))
-                if announce is not None:
+                if announce is not None and self.dialect.has_listen_notify:
                     self.run_sql(*drained_notify_sql(self.using, queues, *announce))
         claimed.sort(key=claim_order)
         return claimed
@@ -171,7 +168,7 @@ class LeaseOperations(ApplicationOperations):
         lease_ms: int = DEFAULT_LEASE_MS,
         limit: int = 1,
         names: Sequence[str] | None = None,
-        draws: Iterable[tuple[Sequence[str] | None, int]] | None = None,
+        draws: Iterable[Draw] | None = None,
         announce: tuple[str, Sequence[str]] | None = None,
     ) -> LimitedClaim:
         """claim() under fleet-wide flow limits (store/limited_claim.py); `limits` in force.
@@ -191,8 +188,6 @@ class LeaseOperations(ApplicationOperations):
             ))
         if not plan:
             return LimitedClaim([])
-        if not self.dialect.has_listen_notify:
-            announce = None
         result = limited_claim.claim(
             self, self.recover_leases, limits, queues, worker_id, lease_ms, plan, announce, in_force
         )

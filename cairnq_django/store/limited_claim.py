@@ -38,7 +38,7 @@ from ..records import Limit, TaskRecord
 from . import sql
 from .executor import Executor
 from .limit_counts import SCOPE_COLUMNS, Counts, read_counts, scope_value
-from .protocol_statements import CLAIM_IDS, drained_notify_sql, paused_queues_of, tasks_of
+from .protocol_statements import CLAIM_IDS, Draw, drained_notify_sql, paused_queues_of, tasks_of
 
 if TYPE_CHECKING:
     from .application import ApplicationOperations
@@ -69,9 +69,7 @@ class LimitedClaim:
     retry_in_ms: int | None = None
 
 
-def relevant_limits(
-    limits: Sequence[Limit], queues: Sequence[str], plan: Sequence[tuple[Sequence[str] | None, int]]
-) -> list[Limit]:
+def relevant_limits(limits: Sequence[Limit], queues: Sequence[str], plan: Sequence[Draw]) -> list[Limit]:
     """The limits a claim from `queues` for the draws' names can meet.
 
     Every key_prefix limit: any task may carry a concurrency key.
@@ -105,8 +103,7 @@ class _Quota:
 class _Pick:
     """The greedy choice of one limited claim: candidates in claim order, every limit respected."""
 
-    def __init__(self, limits: Sequence[Limit], counts: Counts,
-                 plan: Sequence[tuple[Sequence[str] | None, int]]) -> None:
+    def __init__(self, limits: Sequence[Limit], counts: Counts, plan: Sequence[Draw]) -> None:
         self.limits = limits
         self.counts = counts
         self.quota = [_Quota(None if names is None else frozenset(names), n) for names, n in plan]
@@ -188,7 +185,7 @@ def claim(
     queues: Sequence[str],
     worker_id: str,
     lease_ms: int,
-    plan: Sequence[tuple[Sequence[str] | None, int]],
+    plan: Sequence[Draw],
     announce: tuple[str, Sequence[str]] | None,
     in_force: Sequence[Limit],
 ) -> LimitedClaim:
@@ -206,7 +203,7 @@ def claim(
         # lock and the counts, before they are known.
         first = _candidate_query(store.using, queues, _Pick(limits, Counts(0), plan), window)
         # PostgreSQL: the lock, the recovery, the counts and this read in one round trip.
-        found = None if store.engine is None else store.engine.lock_recover_count(limits, first)
+        found = store.engine.lock_recover_count(limits, first)
         first_rows: list[tuple[str, str, str, str | None]] | None = None
         if found is None:
             now = _lock(store)
@@ -256,7 +253,7 @@ def claim(
             if started:
                 FlowStart.objects.using(store.using).bulk_create(started)
         _prune(store.using, limits, in_force or limits, now)
-        if announce is not None:
+        if announce is not None and store.dialect.has_listen_notify:
             store.run_sql(*drained_notify_sql(store.using, queues, *announce))
     retry_in = None if pick.retry_at is None else max(1, pick.retry_at - now)
     return LimitedClaim(tasks, pick.held, retry_in)

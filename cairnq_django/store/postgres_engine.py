@@ -9,10 +9,10 @@ application.py) does with the same statements, in fewer round trips:
 - `copy_insert`: a large batch through COPY FROM STDIN.
 
 The engine is chosen once per alias (`engine_of`, from the dialect's
-has_round_trip_engine); elsewhere there is none, and every caller takes its
-generic path. A variant that
-cannot run here and now (inside a caller's transaction, with server-side
-binding, on psycopg2) answers None, and the caller takes its generic path.
+has_round_trip_engine); elsewhere it is the `GenericEngine`, whose variants
+all answer None. A variant that cannot run here and now (inside a caller's
+transaction, with server-side binding, on psycopg2) answers None too: on
+None, the caller takes its generic path.
 The driver calls themselves are django_private.py's.
 """
 
@@ -29,14 +29,12 @@ from . import attempts, sql
 from .django_private import driver_copy, is_client_binding, run_batch, select_sql
 from .encoding import LEASE_EXPIRED, inserted_record
 from .limit_counts import Counts, add_rows, count_queries
-from .protocol_statements import CLAIM, RECOVER, claim_shape, drained_notify_sql, draw_values
+from .protocol_statements import CLAIM, RECOVER, Draw, claim_shape, drained_notify_sql, draw_values
 from .timeouts import statement_prefix
 
 if TYPE_CHECKING:
     from .executor import Executor
 
-# One draw's (names, limit), as leases.py plans a claim.
-Draw = tuple[Sequence[str] | None, int]
 # A limited claim's candidate: (id, queue, name, concurrency key).
 Candidate = tuple[str, str, str, str | None]
 
@@ -153,6 +151,19 @@ class PostgresEngine:
         return [inserted_record(spec, copied_at) for spec in specs]
 
 
-def engine_of(executor: Executor) -> PostgresEngine | None:
+class GenericEngine:
+    """No round-trip variants: each answers None, so every caller runs its statements one by one."""
+
+    def claim(self, *args: object) -> None:
+        return None
+
+    def lock_recover_count(self, *args: object) -> None:
+        return None
+
+    def copy_insert(self, *args: object) -> None:
+        return None
+
+
+def engine_of(executor: Executor) -> PostgresEngine | GenericEngine:
     """The engine of the executor's alias: the PostgreSQL variants where the dialect has them."""
-    return PostgresEngine(executor) if executor.dialect.has_round_trip_engine else None
+    return PostgresEngine(executor) if executor.dialect.has_round_trip_engine else GenericEngine()

@@ -58,6 +58,10 @@ def _texts(name: str, count: int) -> list[Any]:
     return [text_param(f"{name}{i}") for i in range(count)]
 
 
+# One draw of a claim: the names it takes (None: any) and how many at most.
+Draw = tuple[Sequence[str] | None, int]
+
+
 def draw_values(queues: Sequence[str], names: Sequence[str] | None) -> dict[str, Any]:
     values = {f"q{i}": queue for i, queue in enumerate(queues)}
     values.update({f"n{i}": name for i, name in enumerate(names or ())})
